@@ -1,0 +1,75 @@
+"""idemtools: safe retries for MCP tool servers (SEP-3182 request idempotency).
+
+Tool authors mark tools with `@idempotent(...)`; operators call `install(server, store=...)`;
+clients send `idempotencyKey` beside `arguments` on `tools/call`. A retry of a call whose answer
+was lost is then replayed instead of executed twice.
+"""
+
+from __future__ import annotations
+
+from .canonical import CanonicalizationError, canonicalize, fingerprint
+from .engine import Engine, EngineStats, ToolCall
+from .errors import (
+    ArgumentsInvalidError,
+    ConflictError,
+    ErrorCodes,
+    IdempotencyError,
+    InProgressError,
+    InstallError,
+    KeyInvalidError,
+    OutcomeTooLargeError,
+    RecordCorruptError,
+    RefusedError,
+    ScopeUnavailableError,
+    StoreFullError,
+    StoreUnavailableError,
+)
+from .outcome import Outcome
+from .policy import DEFAULT_POLICY, Policy, Registry, default_registry, idempotent, policy_of
+from .scopes import (
+    AuthInfo,
+    CallContext,
+    Scope,
+    by_auth_subject,
+    local_user,
+    per_session,
+    scope,
+    shared,
+)
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "ArgumentsInvalidError",
+    "AuthInfo",
+    "CallContext",
+    "CanonicalizationError",
+    "ConflictError",
+    "Engine",
+    "EngineStats",
+    "ErrorCodes",
+    "IdempotencyError",
+    "InProgressError",
+    "InstallError",
+    "KeyInvalidError",
+    "Outcome",
+    "OutcomeTooLargeError",
+    "Policy",
+    "RecordCorruptError",
+    "RefusedError",
+    "Registry",
+    "Scope",
+    "ScopeUnavailableError",
+    "StoreFullError",
+    "StoreUnavailableError",
+    "ToolCall",
+    "by_auth_subject",
+    "canonicalize",
+    "default_registry",
+    "fingerprint",
+    "idempotent",
+    "local_user",
+    "per_session",
+    "policy_of",
+    "scope",
+    "shared",
+]

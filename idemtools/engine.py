@@ -1,0 +1,311 @@
+"""The SEP-3182 state machine, free of any transport or SDK.
+
+    validate key → policy → scope → fingerprint → claim ─┬─ claimed ──→ run (lease renewed,
+                                                         │              shielded from cancel)
+                                                         │              → complete / release
+                                                         ├─ other fingerprint → conflict
+                                                         ├─ in progress       → in_progress
+                                                         └─ completed         → replay
+
+Adapters give the engine a `ToolCall` and an async `run()` that performs the SDK's ordinary
+`tools/call` handling and returns its `Outcome`; they send back whatever outcome the engine
+returns. Refusals come back as error outcomes carrying `error.data.type`, never as exceptions,
+so no adapter can forget to translate one. The engine never imports an adapter or a store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from .canonical import CanonicalizationError, fingerprint
+from .errors import (
+    ArgumentsInvalidError,
+    ConflictError,
+    ErrorCodes,
+    InProgressError,
+    KeyInvalidError,
+    OutcomeTooLargeError,
+    RecordCorruptError,
+    RefusedError,
+    ScopeUnavailableError,
+    StoreUnavailableError,
+)
+from .outcome import Outcome
+from .policy import DEFAULT_POLICY, Policy, Registry, default_registry
+from .scopes import CallContext
+from .stores.base import Record, Status, Store
+
+__all__ = ["REPLAY_META_KEY", "Engine", "EngineStats", "ToolCall", "key_digest"]
+
+log = logging.getLogger("idemtools")
+
+REPLAY_META_KEY = "io.github.idemtools/replayed"
+"""The `_meta` key of the opt-in replay marker on replayed results."""
+
+
+def key_digest(key: str) -> str:
+    """A short hash of a key, for logs: keys are client data and may carry meaning."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One keyed `tools/call`, as the adapter saw it in dispatch.
+
+    `key` is whatever the client sent (validated here). `policy` is the tool's own policy when
+    the adapter found one on the tool function; otherwise the registry and default apply.
+    """
+
+    name: str
+    arguments: Mapping[str, Any] | None
+    key: object
+    context: CallContext = field(default_factory=CallContext)
+    policy: Policy | None = None
+
+
+@dataclass
+class EngineStats:
+    """Counters an operator can export; plain ints, no metrics library imposed."""
+
+    executions: int = 0
+    replays: int = 0
+    conflicts: int = 0
+    in_progress: int = 0
+    refusals: int = 0
+    store_errors: int = 0
+    record_failures: int = 0
+    lost_claims: int = 0
+    released: int = 0
+
+
+class Engine:
+    """Decides every keyed `tools/call`: run once, replay, or refuse.
+
+    Args:
+        store: where records live (see `idemtools.stores`).
+        registry: tool name → policy; `default_policy` applies to tools without one, so no
+            keyed call to a server that advertises the capability is ever executed twice.
+        max_key_length: longest accepted key (semantics.md: 255 by default).
+        max_outcome_bytes: larger outcomes are answered but not kept; a retry gets
+            `idempotency_outcome_too_large` instead of a second execution.
+        codes: JSON-RPC error codes per `error.data.type`.
+        mark_replays: add `_meta["io.github.idemtools/replayed"] = true` to replayed results.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        registry: Registry | None = None,
+        default_policy: Policy = DEFAULT_POLICY,
+        max_key_length: int = 255,
+        max_outcome_bytes: int = 1 << 20,
+        codes: ErrorCodes | None = None,
+        mark_replays: bool = False,
+    ) -> None:
+        self.store = store
+        self.registry = registry if registry is not None else default_registry
+        self.default_policy = default_policy
+        self.max_key_length = max_key_length
+        self.max_outcome_bytes = max_outcome_bytes
+        self.codes = codes if codes is not None else ErrorCodes()
+        self.mark_replays = mark_replays
+        self.stats = EngineStats()
+
+    # -- decisions ---------------------------------------------------------------------------
+
+    def policy_for(self, name: str, own: Policy | None = None) -> Policy:
+        """The policy for a tool: its own, else the registry's, else the server default."""
+        return own or self.registry.get(name) or self.default_policy
+
+    def refusal(self, error: RefusedError) -> Outcome:
+        """The JSON-RPC error outcome for a refusal; `data.type` tells clients which one."""
+        return Outcome.of_error(self.codes.code_for(error.type), error.message, error.data())
+
+    def check_key(self, key: object) -> str:
+        if not isinstance(key, str) or not 1 <= len(key) <= self.max_key_length:
+            raise KeyInvalidError(
+                f"idempotencyKey must be a string of 1 to {self.max_key_length} characters",
+                key=key,
+            )
+        return key
+
+    async def handle(self, call: ToolCall, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        """Run `run()` at most once per (scope, key); otherwise replay or refuse."""
+        try:
+            key = self.check_key(call.key)
+            policy = self.policy_for(call.name, call.policy)
+            scope = _scope_hash(policy, call.context, key)
+            try:
+                fp = fingerprint(call.name, call.arguments)
+            except CanonicalizationError as exc:
+                raise ArgumentsInvalidError(
+                    f"arguments cannot be compared as JSON ({exc}); the call was not run",
+                    key=key,
+                ) from None
+            owner = uuid.uuid4().hex
+            claim = await self._store(self.store.claim(scope, key, fp, owner, policy.lease), key)
+            if not claim.claimed:
+                if claim.existing is None:  # a store bug, not a client error
+                    raise RecordCorruptError("store answered neither claimed nor a record", key=key)
+                return self._answer_existing(claim.existing, key, fp, policy)
+        except RefusedError as exc:
+            self.stats.refusals += 1
+            log.info("idempotency refusal %s key=%s", exc.type, _digest(call.key))
+            return self.refusal(exc)
+        return await self._execute(scope, key, owner, policy, run)
+
+    def _answer_existing(self, record: Record, key: str, fp: str, policy: Policy) -> Outcome:
+        if record.fingerprint != fp:
+            self.stats.conflicts += 1
+            raise ConflictError(
+                "idempotencyKey was already used with a different tool name or arguments",
+                key=key,
+            )
+        if record.status is Status.IN_PROGRESS:
+            self.stats.in_progress += 1
+            raise InProgressError(
+                "a request with this idempotencyKey is still in progress; retry shortly",
+                key=key,
+                retry_after_ms=_retry_after_ms(record.remaining, policy.lease),
+            )
+        try:
+            if record.outcome is None:
+                raise ValueError("completed record without an outcome")
+            outcome = Outcome.from_bytes(record.outcome)
+        except ValueError as exc:
+            log.error("corrupt idempotency record key=%s: %s", key_digest(key), exc)
+            raise RecordCorruptError(
+                "the stored outcome for this idempotencyKey cannot be read; the call was "
+                "not run again",
+                key=key,
+            ) from None
+        self.stats.replays += 1
+        return self._mark(outcome)
+
+    def _mark(self, outcome: Outcome) -> Outcome:
+        if not self.mark_replays or outcome.result is None:
+            return outcome
+        meta = dict(outcome.result.get("_meta") or {})
+        meta[REPLAY_META_KEY] = True
+        return Outcome(result={**outcome.result, "_meta": meta}, replayed=True)
+
+    async def _store(self, op: Awaitable[Any], key: object) -> Any:
+        """Await a store operation; anything but a refusal means the store is unavailable."""
+        try:
+            return await op
+        except RefusedError:
+            raise
+        except Exception as exc:
+            self.stats.store_errors += 1
+            log.warning("idempotency store failed key=%s: %r", _digest(key), exc)
+            raise StoreUnavailableError(
+                "the idempotency store is unavailable; the call was not run", key=key
+            ) from exc
+
+    # -- the one execution ----------------------------------------------------------------------
+
+    async def _execute(
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        policy: Policy,
+        run: Callable[[], Awaitable[Outcome]],
+    ) -> Outcome:
+        self.stats.executions += 1
+        # Shielded: a client that cancels or disconnects must not stop the call between its
+        # side effect and its record, or the retry would run it again.
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._renew, scope, key, owner, policy.lease)
+                try:
+                    outcome = await run()
+                except Exception as exc:  # the adapter's run() should not raise; be safe
+                    log.exception("tools/call raised inside idemtools key=%s", key_digest(key))
+                    outcome = Outcome.of_error(-32603, f"internal error: {exc}")
+                finally:
+                    tg.cancel_scope.cancel()
+            await self._finish(scope, key, owner, policy, outcome)
+        return outcome
+
+    async def _renew(self, scope: str, key: str, owner: str, lease: float) -> None:
+        interval = lease / 3
+        while True:
+            await anyio.sleep(interval)
+            try:
+                held = await self.store.renew(scope, key, owner, lease)
+            except Exception as exc:
+                self.stats.store_errors += 1
+                log.warning("lease renewal failed key=%s: %r", key_digest(key), exc)
+                continue
+            if not held:
+                self.stats.lost_claims += 1
+                log.warning("lease lost while running key=%s", key_digest(key))
+                return
+
+    async def _finish(
+        self, scope: str, key: str, owner: str, policy: Policy, outcome: Outcome
+    ) -> None:
+        try:
+            if not outcome.final:
+                await self.store.release(scope, key, owner)
+                self.stats.released += 1
+                return
+            data = outcome.to_bytes()
+            if len(data) > self.max_outcome_bytes:
+                log.error(
+                    "outcome of %d bytes exceeds max_outcome_bytes=%d key=%s; recording an "
+                    "error in its place",
+                    len(data),
+                    self.max_outcome_bytes,
+                    key_digest(key),
+                )
+                data = self.refusal(
+                    OutcomeTooLargeError(
+                        f"the original call completed, but its outcome ({len(data)} bytes) "
+                        f"exceeded the {self.max_outcome_bytes}-byte limit and was not kept; "
+                        "it will not run again under this key",
+                        key=key,
+                    )
+                ).to_bytes()
+            if not await self.store.complete(scope, key, owner, data, policy.retention):
+                self.stats.lost_claims += 1
+                log.warning("claim lost before completion key=%s", key_digest(key))
+        except Exception as exc:
+            # The caller still gets its answer; the claim ends by lease.
+            self.stats.record_failures += 1
+            log.error("could not record outcome key=%s: %r", key_digest(key), exc)
+
+
+def _scope_hash(policy: Policy, context: CallContext, key: str) -> str:
+    try:
+        value = policy.scope(context)
+    except RefusedError as exc:
+        if exc.key is None:
+            exc.key = key
+        raise
+    except Exception as exc:  # a user-written strategy failed: refuse, never guess
+        log.warning("scope strategy %r failed: %r", policy.scope, exc)
+        raise ScopeUnavailableError(f"the tool's scope strategy failed: {exc}", key=key) from exc
+    if not isinstance(value, str) or not value:
+        raise ScopeUnavailableError("the tool's scope strategy returned no scope", key=key)
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _retry_after_ms(remaining: float, lease: float) -> int:
+    """Poll at a quarter of the lease, never later than the lease's end."""
+    wait = min(max(remaining, 0.0), lease / 4)
+    return max(1, math.ceil(wait * 1000))
+
+
+def _digest(key: object) -> str:
+    return key_digest(key) if isinstance(key, str) else f"<{type(key).__name__}>"

@@ -1,0 +1,197 @@
+"""Every error idemtools raises or sends, in one place.
+
+    IdempotencyError                      root: anything idemtools refuses or fails at
+    ├── RefusedError                      a keyed call refused before the tool ran (sent to clients)
+    │   ├── KeyInvalidError               idempotency_key_invalid
+    │   ├── ArgumentsInvalidError         idempotency_arguments_invalid
+    │   ├── InProgressError               idempotency_key_in_progress (carries retry_after_ms)
+    │   ├── ConflictError                 idempotency_key_conflict
+    │   ├── ScopeUnavailableError         idempotency_scope_unavailable
+    │   ├── StoreFullError                idempotency_store_full
+    │   ├── StoreUnavailableError         idempotency_store_unavailable
+    │   ├── RecordCorruptError            idempotency_record_corrupt
+    │   └── OutcomeTooLargeError          idempotency_outcome_too_large (replayed in its place)
+    └── InstallError                      install() could not make a server safe
+
+Clients are meant to read `error.data.type`; the JSON-RPC codes are configurable
+(`ErrorCodes`) because the SEP defines none. Store implementations raise `StoreFullError` and
+`StoreUnavailableError` (chained `from` the driver's exception) and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+__all__ = [
+    "ArgumentsInvalidError",
+    "ConflictError",
+    "ErrorCodes",
+    "IdempotencyError",
+    "InProgressError",
+    "InstallError",
+    "KeyInvalidError",
+    "OutcomeTooLargeError",
+    "RecordCorruptError",
+    "RefusedError",
+    "ScopeUnavailableError",
+    "StoreFullError",
+    "StoreUnavailableError",
+    "error_from_data",
+]
+
+INVALID_PARAMS = -32602
+
+
+@dataclass(frozen=True)
+class ErrorCodes:
+    """JSON-RPC error codes per `error.data.type`.
+
+    The SEP fixes only `error.data.type`; codes are ours. Defaults sit in the JSON-RPC
+    "server error" range (-32000..-32099) except the two that are plainly invalid params.
+    """
+
+    idempotency_key_invalid: int = INVALID_PARAMS
+    idempotency_arguments_invalid: int = INVALID_PARAMS
+    idempotency_key_in_progress: int = -32051
+    idempotency_key_conflict: int = -32052
+    idempotency_scope_unavailable: int = -32053
+    idempotency_store_full: int = -32054
+    idempotency_store_unavailable: int = -32055
+    idempotency_record_corrupt: int = -32056
+    idempotency_outcome_too_large: int = -32057
+
+    def code_for(self, error_type: str) -> int:
+        code = getattr(self, error_type, None)
+        return code if isinstance(code, int) else -32603
+
+
+class IdempotencyError(Exception):
+    """Root of every idemtools error."""
+
+
+class InstallError(IdempotencyError):
+    """`install()` could not make the server safe; it refuses rather than leave it unprotected."""
+
+
+class RefusedError(IdempotencyError):
+    """A keyed call refused before its tool ran; becomes a JSON-RPC error with `data.type`."""
+
+    type: ClassVar[str] = "idempotency_error"
+
+    def __init__(self, message: str, *, key: object = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.key = key
+
+    def data(self) -> dict[str, Any]:
+        """The `error.data` object sent to the client."""
+        return {"type": self.type, "idempotencyKey": _truncate(self.key)}
+
+
+class KeyInvalidError(RefusedError):
+    """The key is not a string of 1..max characters."""
+
+    type = "idempotency_key_invalid"
+
+
+class ArgumentsInvalidError(RefusedError):
+    """The arguments are not JSON (NaN, infinity): they cannot be compared, so not deduplicated."""
+
+    type = "idempotency_arguments_invalid"
+
+
+class InProgressError(RefusedError):
+    """A call with this key is still running; retry after `retry_after_ms`."""
+
+    type = "idempotency_key_in_progress"
+
+    def __init__(self, message: str, *, key: object = None, retry_after_ms: int = 0) -> None:
+        super().__init__(message, key=key)
+        self.retry_after_ms = retry_after_ms
+
+    def data(self) -> dict[str, Any]:
+        return {**super().data(), "retryAfterMs": self.retry_after_ms}
+
+
+class ConflictError(RefusedError):
+    """The key was used before with another tool name or other arguments."""
+
+    type = "idempotency_key_conflict"
+
+
+class ScopeUnavailableError(RefusedError):
+    """The tool's scope cannot be determined for this request (e.g. HTTP without a token)."""
+
+    type = "idempotency_scope_unavailable"
+
+
+class StoreFullError(RefusedError):
+    """The store holds its maximum number of live records; records are never dropped early."""
+
+    type = "idempotency_store_full"
+
+
+class StoreUnavailableError(RefusedError):
+    """The store could not be reached or failed; fail closed, the tool does not run."""
+
+    type = "idempotency_store_unavailable"
+
+
+class RecordCorruptError(RefusedError):
+    """The stored record for this key cannot be read; the tool does not run a second time."""
+
+    type = "idempotency_record_corrupt"
+
+
+class OutcomeTooLargeError(RefusedError):
+    """The original call ran, but its outcome exceeded the size limit and was not kept.
+
+    Recorded in the outcome's place, so a retry gets this error instead of a second execution.
+    """
+
+    type = "idempotency_outcome_too_large"
+
+
+_BY_TYPE: dict[str, type[RefusedError]] = {
+    cls.type: cls
+    for cls in (
+        KeyInvalidError,
+        ArgumentsInvalidError,
+        InProgressError,
+        ConflictError,
+        ScopeUnavailableError,
+        StoreFullError,
+        StoreUnavailableError,
+        RecordCorruptError,
+        OutcomeTooLargeError,
+    )
+}
+
+
+def error_from_data(message: str, data: object) -> RefusedError | None:
+    """Rebuild the typed error from a JSON-RPC `error.data` (client side); None if not ours."""
+    if not isinstance(data, dict):
+        return None
+    cls = _BY_TYPE.get(str(data.get("type")))
+    if cls is None:
+        return None
+    key = data.get("idempotencyKey")
+    if cls is InProgressError:
+        retry = data.get("retryAfterMs")
+        return InProgressError(
+            message, key=key, retry_after_ms=retry if isinstance(retry, int) else 0
+        )
+    return cls(message, key=key)
+
+
+_KEY_ECHO_MAX = 64
+
+
+def _truncate(key: object) -> object:
+    """Echo what was sent, but never more than a few dozen characters of it."""
+    if key is None or isinstance(key, (bool, int, float)):
+        return key
+    text = key if isinstance(key, str) else json.dumps(key, default=repr)
+    return text if len(text) <= _KEY_ECHO_MAX else text[:_KEY_ECHO_MAX] + "…"

@@ -1,0 +1,165 @@
+"""Per-tool policy, the `@idempotent` decorator and the registry that remembers them.
+
+`@idempotent` changes nothing about the function: it returns the very same object, so its
+signature, sync/async nature and the input schema an SDK builds from it are untouched, in
+whichever order it is stacked with `@server.tool()`. It records a `Policy` in a registry (by
+tool name) and on the function itself (`__idemtools_policy__`), so an adapter can find the
+policy either by the name the SDK registered or by the function it holds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any, TypeVar, overload
+
+from .scopes import Scope, ScopeFn, _as_scope, by_auth_subject
+
+__all__ = ["DEFAULT_POLICY", "Policy", "Registry", "default_registry", "idempotent", "policy_of"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ATTR = "__idemtools_policy__"
+
+
+def _seconds(value: timedelta | float, what: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not seconds > 0:
+        raise ValueError(f"{what} must be positive, got {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How keyed calls to one tool are deduplicated.
+
+    Attributes:
+        retention: how long a completed outcome is replayed; after that the key is new again.
+            Published in the generated retention documentation (SEP, "Retention").
+        lease: how long an in-progress claim lives without renewal. While the tool runs the
+            claim is renewed; if the process dies, a retry runs the tool again after this.
+        scope: whose records a key can match (see `idemtools.scopes`).
+        name: the tool's registry name, when it should not follow the function name.
+    """
+
+    retention: float = 24 * 3600.0
+    lease: float = 60.0
+    scope: Scope = field(default=by_auth_subject)
+    name: str | None = None
+
+    @staticmethod
+    def of(
+        *,
+        retention: timedelta | float = timedelta(hours=24),
+        lease: timedelta | float = timedelta(seconds=60),
+        scope: Scope | ScopeFn = by_auth_subject,
+        name: str | None = None,
+    ) -> Policy:
+        """Build a policy from friendly values (timedelta or seconds, plain scope functions)."""
+        return Policy(
+            retention=_seconds(retention, "retention"),
+            lease=_seconds(lease, "lease"),
+            scope=_as_scope(scope),
+            name=name,
+        )
+
+    def with_name(self, name: str) -> Policy:
+        return replace(self, name=name)
+
+
+DEFAULT_POLICY = Policy()
+
+
+class Registry:
+    """Tool name → policy. Thread-safe; later registrations of a name replace earlier ones."""
+
+    def __init__(self) -> None:
+        self._policies: dict[str, Policy] = {}
+        self._lock = threading.Lock()
+
+    def register(self, name: str, policy: Policy) -> None:
+        with self._lock:
+            self._policies[name] = policy.with_name(name)
+
+    def get(self, name: str) -> Policy | None:
+        return self._policies.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._policies
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._policies))
+
+    def __len__(self) -> int:
+        return len(self._policies)
+
+    def items(self) -> list[tuple[str, Policy]]:
+        return sorted(self._policies.items())
+
+
+default_registry = Registry()
+
+
+def policy_of(fn: object) -> Policy | None:
+    """The policy `@idempotent` attached to a function (or to what it wraps), if any."""
+    seen = 0
+    while fn is not None and seen < 16:
+        policy = getattr(fn, _ATTR, None)
+        if isinstance(policy, Policy):
+            return policy
+        fn = getattr(fn, "__wrapped__", None)
+        seen += 1
+    return None
+
+
+@overload
+def idempotent(fn: F, /) -> F: ...
+
+
+@overload
+def idempotent(
+    *,
+    retention: timedelta | float = ...,
+    lease: timedelta | float = ...,
+    scope: Scope | ScopeFn = ...,
+    name: str | None = ...,
+    registry: Registry | None = ...,
+) -> Callable[[F], F]: ...
+
+
+def idempotent(
+    fn: Any = None,
+    /,
+    *,
+    retention: timedelta | float = timedelta(hours=24),
+    lease: timedelta | float = timedelta(seconds=60),
+    scope: Scope | ScopeFn = by_auth_subject,
+    name: str | None = None,
+    registry: Registry | None = None,
+) -> Any:
+    """Declare a tool's idempotency policy; returns the function itself, unchanged.
+
+    Usable bare (`@idempotent`) or with options. The policy applies to keyed `tools/call`
+    requests once `idemtools.install(server)` runs; calls without a key are never affected.
+    Give `name=` when the tool is registered under a name other than the function's, so that
+    a refactor does not silently change the tool's identity.
+    """
+    policy = Policy.of(retention=retention, lease=lease, scope=scope, name=name)
+    target = registry if registry is not None else default_registry
+
+    def decorate(func: F) -> F:
+        tool_name = name or getattr(func, "__name__", None)
+        if not tool_name:
+            raise TypeError("@idempotent needs name= for a callable without __name__")
+        named = policy.with_name(tool_name)
+        setattr(func, _ATTR, named)
+        target.register(tool_name, named)
+        return func
+
+    if fn is not None:
+        if not callable(fn):
+            raise TypeError("@idempotent takes a function, or keyword options only")
+        return decorate(fn)
+    return decorate

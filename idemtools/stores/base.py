@@ -1,0 +1,77 @@
+"""The store protocol: five atomic operations every store implements the same way.
+
+The engine hashes, validates and decides; a store only keeps records and answers these atomically
+(one lock, one transaction, one Lua script). Times are seconds measured by the store's own clock,
+so stores that share a server (Redis, PostgreSQL) never compare clocks across machines.
+
+    claim    no live record → create IN_PROGRESS(owner, fingerprint), lease seconds; return CLAIMED
+             live record    → return it untouched
+    renew    IN_PROGRESS and held by owner → extend the lease
+    complete IN_PROGRESS and held by owner → COMPLETED(outcome), kept for `retention` seconds
+    release  IN_PROGRESS and held by owner → delete (the call ended without a final outcome)
+    get      the live record, or None
+
+A record "held by owner" is fenced: a process whose lease ran out and was claimed anew can never
+complete, renew or release the newer claim. Stores raise only `StoreUnavailableError` (wrapping
+the driver's error) and `StoreFullError`; they never drop a live record to make room.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Claim", "Record", "Status", "Store"]
+
+
+class Status(str, enum.Enum):
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One idempotency record as a store returns it.
+
+    `remaining` is the seconds left before the record expires (lease or retention), as the
+    store saw it when it answered; the engine derives `retryAfterMs` from it.
+    """
+
+    status: Status
+    fingerprint: str
+    owner: str
+    remaining: float
+    outcome: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The answer to `claim`: either we now hold the key, or the record that already does."""
+
+    claimed: bool
+    existing: Record | None = None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What the engine needs from a store. Keys are (scope hash, idempotency key)."""
+
+    kind: str
+    """Short name for documentation: "memory", "sqlite", "redis", "postgres"."""
+
+    async def claim(
+        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
+    ) -> Claim: ...
+
+    async def renew(self, scope: str, key: str, owner: str, lease: float) -> bool: ...
+
+    async def complete(
+        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+    ) -> bool: ...
+
+    async def release(self, scope: str, key: str, owner: str) -> bool: ...
+
+    async def get(self, scope: str, key: str) -> Record | None: ...
+
+    async def aclose(self) -> None: ...
