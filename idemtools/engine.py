@@ -41,7 +41,7 @@ from .errors import (
 from .outcome import Outcome
 from .policy import DEFAULT_POLICY, Policy, Registry, default_registry
 from .scopes import CallContext
-from .stores.base import Record, Status, Store
+from .stores.base import Record, Status, Store, TransactionalStore
 
 __all__ = ["REPLAY_META_KEY", "Engine", "EngineStats", "ToolCall", "key_digest"]
 
@@ -225,16 +225,60 @@ class Engine:
         # Shielded: a client that cancels or disconnects must not stop the call between its
         # side effect and its record, or the retry would run it again.
         with anyio.CancelScope(shield=True):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._renew, scope, key, owner, policy.lease)
-                try:
-                    outcome = await run()
-                except Exception as exc:  # the adapter's run() should not raise; be safe
-                    log.exception("tools/call raised inside idemtools key=%s", key_digest(key))
-                    outcome = Outcome.of_error(-32603, f"internal error: {exc}")
-                finally:
-                    tg.cancel_scope.cancel()
+            if policy.transactional and isinstance(self.store, TransactionalStore):
+                return await self._execute_in_transaction(scope, key, owner, policy, run)
+            outcome = await self._run_renewed(scope, key, owner, policy, run)
             await self._finish(scope, key, owner, policy, outcome)
+        return outcome
+
+    async def _run_renewed(
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        policy: Policy,
+        run: Callable[[], Awaitable[Outcome]],
+    ) -> Outcome:
+        outcome: Outcome | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._renew, scope, key, owner, policy.lease)
+            try:
+                outcome = await run()
+            except Exception as exc:  # the adapter's run() should not raise; be safe
+                log.exception("tools/call raised inside idemtools key=%s", key_digest(key))
+                outcome = Outcome.of_error(-32603, f"internal error: {exc}")
+            finally:
+                tg.cancel_scope.cancel()
+        assert outcome is not None
+        return outcome
+
+    async def _execute_in_transaction(
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        policy: Policy,
+        run: Callable[[], Awaitable[Outcome]],
+    ) -> Outcome:
+        assert isinstance(self.store, TransactionalStore)
+        try:
+            async with self.store.execution(scope, key, owner):
+                outcome = await self._run_renewed(scope, key, owner, policy, run)
+                await self._finish(scope, key, owner, policy, outcome, strict=True)
+        except Exception as exc:
+            # Nothing the tool wrote was committed: say so, and free the key for a retry.
+            self.stats.record_failures += 1
+            log.error("transaction for key=%s did not commit: %r", key_digest(key), exc)
+            try:
+                await self.store.release(scope, key, owner)
+            except Exception as release_exc:
+                log.error("could not release key=%s: %r", key_digest(key), release_exc)
+            return self.refusal(
+                StoreUnavailableError(
+                    "the call's transaction could not be committed; nothing it wrote was kept",
+                    key=key,
+                )
+            )
         return outcome
 
     async def _renew(self, scope: str, key: str, owner: str, lease: float) -> None:
@@ -253,8 +297,16 @@ class Engine:
                 return
 
     async def _finish(
-        self, scope: str, key: str, owner: str, policy: Policy, outcome: Outcome
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        policy: Policy,
+        outcome: Outcome,
+        *,
+        strict: bool = False,
     ) -> None:
+        """Record (or release) the outcome. Failures are logged, unless `strict` re-raises."""
         try:
             if not outcome.final:
                 await self.store.release(scope, key, owner)
@@ -280,7 +332,11 @@ class Engine:
             if not await self.store.complete(scope, key, owner, data, policy.retention):
                 self.stats.lost_claims += 1
                 log.warning("claim lost before completion key=%s", key_digest(key))
+                if strict:
+                    raise RuntimeError("claim lost before the transaction committed")
         except Exception as exc:
+            if strict:
+                raise
             # The caller still gets its answer; the claim ends by lease.
             self.stats.record_failures += 1
             log.error("could not record outcome key=%s: %r", key_digest(key), exc)

@@ -14,7 +14,7 @@ from typing import Any
 
 from .engine import Engine
 from .errors import ErrorCodes, InstallError
-from .policy import DEFAULT_POLICY, Policy, Registry, default_registry
+from .policy import DEFAULT_POLICY, Policy, Registry
 from .stores.base import Store
 
 __all__ = ["Installation", "ToolPolicy", "install", "installation_of"]

@@ -42,12 +42,16 @@ class Policy:
             claim is renewed; if the process dies, a retry runs the tool again after this.
         scope: whose records a key can match (see `idemtools.scopes`).
         name: the tool's registry name, when it should not follow the function name.
+        transactional: run the tool inside the store's transaction (PostgresStore), so its
+            own writes to that database and the completed record commit or roll back
+            together; closes the SEP's crash window for such tools.
     """
 
     retention: float = 24 * 3600.0
     lease: float = 60.0
     scope: Scope = field(default=by_auth_subject)
     name: str | None = None
+    transactional: bool = False
 
     @staticmethod
     def of(
@@ -56,6 +60,7 @@ class Policy:
         lease: timedelta | float = timedelta(seconds=60),
         scope: Scope | ScopeFn = by_auth_subject,
         name: str | None = None,
+        transactional: bool = False,
     ) -> Policy:
         """Build a policy from friendly values (timedelta or seconds, plain scope functions)."""
         return Policy(
@@ -63,6 +68,7 @@ class Policy:
             lease=_seconds(lease, "lease"),
             scope=_as_scope(scope),
             name=name,
+            transactional=transactional,
         )
 
     def with_name(self, name: str) -> Policy:
@@ -126,6 +132,7 @@ def idempotent(
     scope: Scope | ScopeFn = ...,
     name: str | None = ...,
     registry: Registry | None = ...,
+    transactional: bool = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -138,6 +145,7 @@ def idempotent(
     scope: Scope | ScopeFn = by_auth_subject,
     name: str | None = None,
     registry: Registry | None = None,
+    transactional: bool = False,
 ) -> Any:
     """Declare a tool's idempotency policy; returns the function itself, unchanged.
 
@@ -146,7 +154,9 @@ def idempotent(
     Give `name=` when the tool is registered under a name other than the function's, so that
     a refactor does not silently change the tool's identity.
     """
-    policy = Policy.of(retention=retention, lease=lease, scope=scope, name=name)
+    policy = Policy.of(
+        retention=retention, lease=lease, scope=scope, name=name, transactional=transactional
+    )
     target = registry if registry is not None else default_registry
 
     def decorate(func: F) -> F:

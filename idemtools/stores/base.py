@@ -19,10 +19,11 @@ the driver's error) and `StoreFullError`; they never drop a live record to make 
 from __future__ import annotations
 
 import enum
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Claim", "Record", "Status", "Store"]
+__all__ = ["Claim", "Record", "Status", "Store", "TransactionalStore"]
 
 
 class Status(str, enum.Enum):
@@ -75,3 +76,17 @@ class Store(Protocol):
     async def get(self, scope: str, key: str) -> Record | None: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class TransactionalStore(Store, Protocol):
+    """A store that can run a tool inside its own transaction (PostgresStore).
+
+    For a policy with `transactional=True` the engine enters `execution(...)` around the tool
+    *and* the `complete` call: the store opens a transaction, exposes it to the tool (how is the
+    store's business, e.g. a context variable), makes `complete` write through it, and commits on
+    exit. If the commit fails, the exit raises and the engine answers with an error and releases
+    the claim: nothing the tool wrote was kept, so a retry may run it again.
+    """
+
+    def execution(self, scope: str, key: str, owner: str) -> AbstractAsyncContextManager[None]: ...
