@@ -1,9 +1,373 @@
-"""Placeholder replaced by the SQLite store."""
+"""SQLiteStore: durable records in one SQLite file, shared safely by several processes on a host.
+
+Standard library only (`sqlite3`). Survives restarts; right for a single host running one or a
+few server processes (e.g. several workers behind one port). Not for network file systems:
+SQLite's locking is only as good as the file system's, and WAL needs shared memory.
+
+Concurrency design
+------------------
+* One `sqlite3.Connection` per store, opened lazily on first use (autocommit mode,
+  ``isolation_level=None``, ``check_same_thread=False``) and guarded by a `threading.Lock`.
+* Every operation runs in a worker thread via `anyio.to_thread.run_sync`, so the event loop never
+  waits on disk or on another process's lock. A per-store `anyio.CapacityLimiter(1)` (made on
+  first use) lets only one worker thread at a time work for this store: callers queue on the
+  event loop rather than parking the shared thread pool on the lock. The thread lock still
+  guards the connection against any other thread (and `aclose`).
+* Between processes: WAL journal mode (readers never block the writer) and ``BEGIN IMMEDIATE``
+  for claim/renew/complete/release, so the read-decide-write of a claim holds SQLite's write lock
+  from the first read; two processes racing one key execute it once. A writer that finds the
+  lock taken waits up to `busy_timeout` seconds (SQLite's busy handler), then the operation fails
+  with `StoreUnavailableError`.
+* Cancellation: a thread that started is always awaited to its end (anyio's default), so an
+  operation is never half-applied; a claim whose caller was cancelled ends by its lease.
+* Durability: SQLite's default ``synchronous=FULL`` is kept, so a committed record survives a
+  power loss, not only a process crash.
+
+Time
+----
+Wall-clock seconds from the injectable `clock` (default `time.time`): expiry instants are stored
+as absolute times and must stay meaningful after a restart, which monotonic time does not. All
+processes sharing a file share the host's clock. The clock is read after the write lock is
+taken, so a decision uses the time at which it becomes visible.
+
+Schema (created on first use, ``CREATE ... IF NOT EXISTS``)
+------------------------------------------------------------
+::
+
+    CREATE TABLE IF NOT EXISTS idemtools_records (
+        scope       BLOB NOT NULL,   -- UTF-8 (surrogatepass) of the scope string
+        key         BLOB NOT NULL,   -- UTF-8 (surrogatepass) of the idempotency key
+        status      TEXT NOT NULL CHECK (status IN ('in_progress', 'completed')),
+        fingerprint TEXT NOT NULL,
+        owner       TEXT NOT NULL,
+        expires     REAL NOT NULL,   -- clock seconds: end of lease or of retention
+        outcome     BLOB,            -- the outcome's JSON bytes once completed, else NULL
+        PRIMARY KEY (scope, key)
+    );
+    CREATE INDEX IF NOT EXISTS idemtools_records_expires ON idemtools_records (expires);
+
+Scope and key are stored as bytes because a key is any JSON string: it may hold NUL or lone
+surrogates, which SQLite text (or Python's strict UTF-8 codec) would reject or mangle.
+``SELECT CAST(key AS TEXT) ...`` reads them back in the sqlite3 shell.
+
+Expired records
+---------------
+A record whose `expires` has passed is dead: every operation ignores it and a claim replaces it.
+Dead rows are deleted lazily and in bounded amounts: each claim that creates a record first
+deletes at most `cleanup_batch` expired rows (oldest first), so no single call does unbounded
+work. `purge_expired()` deletes all of them (in batches of `cleanup_batch`, each its own short
+transaction), for a periodic maintenance task.
+
+Capacity
+--------
+With `max_records`, a claim that would create a record while `max_records` live (unexpired)
+records exist is refused with `StoreFullError`; live records are never deleted to make room.
+Counting live records walks the `expires` index (O(live records)) inside the claim's
+transaction; `max_records=None` (the default) skips it.
+
+Errors
+------
+Every driver error (`sqlite3.Error`, including "database is locked" after `busy_timeout`, a file
+that is not a database, a path that cannot be opened) becomes `StoreUnavailableError` chained
+``from`` the original. A failed connection setup is not kept: the next operation tries again.
+After `aclose()` every operation raises `StoreUnavailableError`.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
+
+from ..errors import StoreFullError, StoreUnavailableError
+from .base import Claim, Record, Status
+
 __all__ = ["SQLiteStore"]
 
+T = TypeVar("T")
 
-class SQLiteStore:  # pragma: no cover - replaced in the next commit
+_TABLE = "idemtools_records"
+
+_SCHEMA = (
+    f"""
+    CREATE TABLE IF NOT EXISTS {_TABLE} (
+        scope       BLOB NOT NULL,
+        key         BLOB NOT NULL,
+        status      TEXT NOT NULL CHECK (status IN ('in_progress', 'completed')),
+        fingerprint TEXT NOT NULL,
+        owner       TEXT NOT NULL,
+        expires     REAL NOT NULL,
+        outcome     BLOB,
+        PRIMARY KEY (scope, key)
+    )
+    """,
+    f"CREATE INDEX IF NOT EXISTS {_TABLE}_expires ON {_TABLE} (expires)",
+)
+
+_SELECT = (
+    f"SELECT status, fingerprint, owner, expires, outcome FROM {_TABLE} "
+    "WHERE scope = ? AND key = ? AND expires > ?"
+)
+_HELD = "scope = ? AND key = ? AND owner = ? AND status = 'in_progress' AND expires > ?"
+
+
+def _b(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+Row = tuple[str, str, str, float, "bytes | None"]
+
+
+class SQLiteStore:
+    """Records in a SQLite database file: durable, shared by the processes of one host.
+
+    Args:
+        path: the database file (created if missing; its directory must exist). ``":memory:"``
+            works for experiments but is neither durable nor shared.
+        max_records: live records at most; a claim beyond it is refused (`StoreFullError`),
+            never evicted. None: unbounded.
+        clock: wall-clock seconds (default `time.time`); inject a fake to test expiry.
+        busy_timeout: seconds to wait for another connection's write lock before failing with
+            `StoreUnavailableError`.
+        cleanup_batch: expired rows deleted at most per claim (and per `purge_expired` batch).
+    """
+
     kind = "sqlite"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_records: int | None = None,
+        clock: Callable[[], float] = time.time,
+        busy_timeout: float = 5.0,
+        cleanup_batch: int = 100,
+    ) -> None:
+        if max_records is not None and max_records < 1:
+            raise ValueError("max_records must be at least 1 (or None for unbounded)")
+        if busy_timeout < 0:
+            raise ValueError("busy_timeout must not be negative")
+        if cleanup_batch < 1:
+            raise ValueError("cleanup_batch must be at least 1")
+        self.path = os.fspath(path)
+        self.max_records = max_records
+        self.busy_timeout = busy_timeout
+        self.cleanup_batch = cleanup_batch
+        self._clock = clock
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r}, max_records={self.max_records!r})"
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self.busy_timeout,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            # WAL lets readers run beside the one writer; the mode is stored in the file, so
+            # only the first connection ever changes it (":memory:" answers "memory").
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` on the connection, in the calling (worker) thread, under the lock."""
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailableError(f"SQLite store {self.path!r} is closed")
+            conn = self._conn
+            try:
+                if conn is None:
+                    conn = self._conn = self._connect()
+                return fn(conn)
+            except BaseException as exc:
+                # Never leave the shared connection inside a transaction, whatever failed.
+                if conn is not None and conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreUnavailableError(
+                        f"SQLite store {self.path!r} failed: {exc}"
+                    ) from exc
+                if isinstance(exc, UnicodeError):  # e.g. a surrogate in an owner or fingerprint
+                    raise StoreUnavailableError(
+                        f"SQLite store cannot encode a value: {exc}"
+                    ) from exc
+                raise
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(1)
+        return await anyio.to_thread.run_sync(self._call, fn, limiter=self._limiter)
+
+    def _write(
+        self, fn: Callable[[sqlite3.Connection, float], T]
+    ) -> Callable[[sqlite3.Connection], T]:
+        """Wrap `fn(conn, now)` in BEGIN IMMEDIATE ... COMMIT; `now` is read under the lock."""
+
+        def txn(conn: sqlite3.Connection) -> T:
+            conn.execute("BEGIN IMMEDIATE")
+            result = fn(conn, self._clock())  # on failure, _call rolls back
+            conn.execute("COMMIT")
+            return result
+
+        return txn
+
+    @staticmethod
+    def _record(row: Row, now: float) -> Record:
+        status, fingerprint, owner, expires, outcome = row
+        try:
+            state = Status(status)
+        except ValueError as exc:
+            raise StoreUnavailableError(f"SQLite store holds a row with status {status!r}") from exc
+        return Record(
+            status=state,
+            fingerprint=fingerprint,
+            owner=owner,
+            remaining=max(0.0, expires - now),
+            outcome=None if outcome is None else bytes(outcome),
+        )
+
+    def _delete_expired(self, conn: sqlite3.Connection, now: float) -> int:
+        cur = conn.execute(
+            f"DELETE FROM {_TABLE} WHERE rowid IN "
+            f"(SELECT rowid FROM {_TABLE} WHERE expires <= ? ORDER BY expires LIMIT ?)",
+            (now, self.cleanup_batch),
+        )
+        return cur.rowcount
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    async def claim(
+        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
+    ) -> Claim:
+        s, k = _b(scope), _b(key)
+
+        def op(conn: sqlite3.Connection, now: float) -> Claim | StoreFullError:
+            row = conn.execute(_SELECT, (s, k, now)).fetchone()
+            if row is not None:
+                return Claim(claimed=False, existing=self._record(row, now))
+            self._delete_expired(conn, now)
+            if self.max_records is not None:
+                (live,) = conn.execute(
+                    f"SELECT count(*) FROM {_TABLE} WHERE expires > ?", (now,)
+                ).fetchone()
+                if live >= self.max_records:
+                    # Returned, not raised: the expired rows deleted above are still committed.
+                    return StoreFullError(
+                        f"SQLite store holds its maximum of {self.max_records} live records",
+                        key=key,
+                    )
+            conn.execute(
+                f"INSERT OR REPLACE INTO {_TABLE} "
+                "(scope, key, status, fingerprint, owner, expires, outcome) "
+                "VALUES (?, ?, 'in_progress', ?, ?, ?, NULL)",
+                (s, k, fingerprint, owner, now + lease),
+            )
+            return Claim(claimed=True)
+
+        result = await self._run(self._write(op))
+        if isinstance(result, StoreFullError):
+            raise result
+        return result
+
+    async def renew(self, scope: str, key: str, owner: str, lease: float) -> bool:
+        s, k = _b(scope), _b(key)
+
+        def op(conn: sqlite3.Connection, now: float) -> bool:
+            cur = conn.execute(
+                f"UPDATE {_TABLE} SET expires = ? WHERE {_HELD}", (now + lease, s, k, owner, now)
+            )
+            return cur.rowcount == 1
+
+        return await self._run(self._write(op))
+
+    async def complete(
+        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+    ) -> bool:
+        s, k, data = _b(scope), _b(key), bytes(outcome)
+
+        def op(conn: sqlite3.Connection, now: float) -> bool:
+            cur = conn.execute(
+                f"UPDATE {_TABLE} SET status = 'completed', outcome = ?, expires = ? WHERE {_HELD}",
+                (data, now + retention, s, k, owner, now),
+            )
+            return cur.rowcount == 1
+
+        return await self._run(self._write(op))
+
+    async def release(self, scope: str, key: str, owner: str) -> bool:
+        s, k = _b(scope), _b(key)
+
+        def op(conn: sqlite3.Connection, now: float) -> bool:
+            cur = conn.execute(f"DELETE FROM {_TABLE} WHERE {_HELD}", (s, k, owner, now))
+            return cur.rowcount == 1
+
+        return await self._run(self._write(op))
+
+    async def get(self, scope: str, key: str) -> Record | None:
+        s, k = _b(scope), _b(key)
+
+        def op(conn: sqlite3.Connection) -> Record | None:
+            now = self._clock()
+            row = conn.execute(_SELECT, (s, k, now)).fetchone()
+            return None if row is None else self._record(row, now)
+
+        return await self._run(op)
+
+    async def aclose(self) -> None:
+        """Close the connection; later operations raise `StoreUnavailableError`. Idempotent."""
+
+        def op() -> None:
+            with self._lock:
+                self._closed = True
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.close()
+
+        await anyio.to_thread.run_sync(op)
+
+    # -- maintenance -------------------------------------------------------------------------
+
+    async def purge_expired(self) -> int:
+        """Delete every expired record, `cleanup_batch` rows per transaction; return how many."""
+        total = 0
+        while True:
+            deleted = await self._run(self._write(self._delete_expired))
+            total += deleted
+            if deleted < self.cleanup_batch:
+                return total
+
+    async def count_live(self) -> int:
+        """How many unexpired records (in progress or completed) the database holds."""
+
+        def op(conn: sqlite3.Connection) -> int:
+            (live,) = conn.execute(
+                f"SELECT count(*) FROM {_TABLE} WHERE expires > ?", (self._clock(),)
+            ).fetchone()
+            return int(live)
+
+        return await self._run(op)
