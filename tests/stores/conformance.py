@@ -1,0 +1,521 @@
+"""One conformance suite for every store: the `Store` protocol's behaviour, written once.
+
+How to run it against a store (the pattern of cachetools' `CacheTestMixin`)::
+
+    class TestMyStore(StoreConformance):
+        async def make_store(self, clock, *, max_records=None):
+            return MyStore(..., clock=clock, max_records=max_records)
+
+The whole interface a subclass may touch:
+
+``async make_store(clock, *, max_records=None) -> Store``  (required)
+    Return a fresh, *empty* store. `clock` is a `FakeClock` (a zero-argument callable returning
+    seconds) that the suite moves with `advance`; pass it to stores that take one. Stores whose
+    expiry is driven by a server (Redis TTLs, PostgreSQL ``now()``) ignore it. `max_records`
+    (None: the store's own default, large enough for every test) bounds the live records;
+    a store that cannot be bounded should ``pytest.skip`` when it is given. The suite closes
+    every store it made (``aclose``) when the test ends. `self.tmp_path` is a per-test
+    temporary directory, for stores that need files.
+
+``async advance(seconds)``  (override for real-time stores)
+    Make `seconds` pass for the store. The default moves the fake clock, so no test sleeps.
+    A server-clock store overrides it with ``await anyio.sleep(seconds)`` and sets the time
+    constants below to short values (e.g. ``LEASE = 0.4``, ``RETENTION = 0.8``).
+
+``LEASE``, ``RETENTION`` (seconds), ``TOLERANCE`` (seconds allowed between an expected and a
+reported `remaining`), ``CONCURRENCY`` (claims raced in one test)
+    Class attributes; every duration in the suite is expressed through `LEASE` and `RETENTION`
+    (fractions and multiples of them), and "long" durations are ``LONG = 1000 * RETENTION``,
+    never advanced past. `LEASE` < `RETENTION` is assumed.
+
+Each test uses a fresh store. Scope and key strings are opaque to a store; the suite also uses
+keys holding NUL, lone surrogates and astral characters, because the engine accepts any JSON
+string of 1 to 255 characters as a key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import ClassVar
+
+import anyio
+import orjson
+import pytest
+
+from idemtools.errors import StoreFullError
+from idemtools.stores.base import Claim, Record, Status, Store
+
+__all__ = ["FakeClock", "StoreConformance"]
+
+SCOPE = "scope-a"
+OTHER_SCOPE = "scope-b"
+FP1 = "fp-1"
+FP2 = "fp-2"
+OUTCOME = b'{"v":1,"result":{"content":[{"type":"text","text":"done"}],"isError":false}}'
+
+
+class FakeClock:
+    """Seconds that move only when told; wall-clock-like start so SQLite-style stores work."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _unicode_json() -> bytes:
+    doc = {
+        "v": 1,
+        "result": {
+            "content": [
+                {"type": "text", "text": "héllo wörld — 你好 — 🔑🚀 — \u202e rtl — \u0000 nul"},
+                {"type": "text", "text": "e\u0301 vs \u00e9 (not normalised)"},
+            ],
+            "structuredContent": {"ключ": ["значение", 1.5, None, True]},
+        },
+    }
+    return orjson.dumps(doc)
+
+
+def _large_json() -> bytes:
+    # About 1 MiB of JSON with mixed ASCII and multi-byte text.
+    chunk = "abcdefghij" * 9 + "ü€😀"
+    data = json.dumps(
+        {"v": 1, "result": {"content": [{"type": "text", "text": chunk * 10_600}]}},
+        ensure_ascii=False,
+    ).encode("utf-8")
+    assert len(data) > 1_000_000
+    return data
+
+
+OUTCOMES = {
+    "small": OUTCOME,
+    "unicode-json": _unicode_json(),
+    "escaped-json": json.dumps({"v": 1, "result": {"text": "é\ud83d\ude00"}}).encode("ascii"),
+    "large-json": _large_json(),
+    "every-byte": bytes(range(256)) * 4,  # the protocol says bytes; a store must not decode
+}
+
+KEYS = {
+    "ascii": "order-42",
+    "max-length": "k" * 255,
+    "astral": "ключ-🔑-鍵",
+    "nul": "a\x00b",
+    "lone-surrogate": "x\ud800y",
+    "sql-ish": "'; DROP TABLE idemtools_records; --",
+}
+
+
+class StoreConformance:
+    """Base test class: subclass it and implement `make_store` (see the module docstring)."""
+
+    LEASE: ClassVar[float] = 30.0
+    RETENTION: ClassVar[float] = 600.0
+    TOLERANCE: ClassVar[float] = 1e-6
+    CONCURRENCY: ClassVar[int] = 50
+
+    clock: FakeClock
+    tmp_path: Path
+
+    # -- the interface for subclasses ------------------------------------------------------
+
+    async def make_store(self, clock: FakeClock, *, max_records: int | None = None) -> Store:
+        raise NotImplementedError
+
+    async def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    # -- harness ---------------------------------------------------------------------------
+
+    @property
+    def LONG(self) -> float:  # a constant, spelled like the others
+        return 1000 * self.RETENTION
+
+    @pytest.fixture(autouse=True)
+    async def _conformance_lifecycle(self, tmp_path: Path) -> AsyncIterator[None]:
+        self.clock = FakeClock()
+        self.tmp_path = tmp_path
+        self._opened: list[Store] = []
+        yield
+        for store in reversed(self._opened):
+            await store.aclose()
+
+    async def open(self, *, max_records: int | None = None) -> Store:
+        store = await self.make_store(self.clock, max_records=max_records)
+        self._opened.append(store)
+        return store
+
+    def assert_remaining(self, record: Record, expected: float) -> None:
+        assert record.remaining == pytest.approx(expected, abs=self.TOLERANCE), (
+            f"remaining {record.remaining} != {expected} ± {self.TOLERANCE}"
+        )
+
+    async def in_progress(self, store: Store, key: str, owner: str, *, scope: str = SCOPE) -> None:
+        record = await store.get(scope, key)
+        assert record is not None, f"{key!r} should be live"
+        assert record.status is Status.IN_PROGRESS
+        assert record.owner == owner
+        assert record.outcome is None
+
+    # -- claim -----------------------------------------------------------------------------
+
+    async def test_store_satisfies_protocol(self) -> None:
+        store = await self.open()
+        assert isinstance(store, Store)
+        assert isinstance(store.kind, str) and store.kind
+
+    async def test_claim_new_key(self) -> None:
+        store = await self.open()
+        assert await store.get(SCOPE, "k") is None
+        claim = await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        assert claim == Claim(claimed=True, existing=None)
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert record.status is Status.IN_PROGRESS
+        assert (record.fingerprint, record.owner, record.outcome) == (FP1, "o1", None)
+        self.assert_remaining(record, self.LEASE)
+
+    async def test_second_claim_returns_in_progress_record(self) -> None:
+        store = await self.open()
+        assert (await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)).claimed
+        await self.advance(self.LEASE / 4)
+        claim = await store.claim(SCOPE, "k", FP2, "o2", self.LEASE)
+        assert claim.claimed is False
+        existing = claim.existing
+        assert existing is not None
+        assert existing.status is Status.IN_PROGRESS
+        assert existing.fingerprint == FP1  # the first claim's, not the caller's
+        assert existing.owner == "o1"
+        assert existing.outcome is None
+        self.assert_remaining(existing, self.LEASE * 3 / 4)
+        # Untouched: the losing claim neither took the key nor extended its lease.
+        await self.in_progress(store, "k", "o1")
+        record = await store.get(SCOPE, "k")
+        assert record is not None and record.fingerprint == FP1
+        self.assert_remaining(record, self.LEASE * 3 / 4)
+
+    async def test_remaining_counts_down(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        await self.advance(self.LEASE / 2)
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        self.assert_remaining(record, self.LEASE / 2)
+
+    # -- complete --------------------------------------------------------------------------
+
+    async def test_complete_by_owner_then_replay(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION) is True
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert record.status is Status.COMPLETED
+        assert (record.fingerprint, record.owner, record.outcome) == (FP1, "o1", OUTCOME)
+        self.assert_remaining(record, self.RETENTION)
+        claim = await store.claim(SCOPE, "k", FP1, "o2", self.LEASE)
+        assert claim.claimed is False
+        assert claim.existing is not None
+        assert claim.existing.status is Status.COMPLETED
+        assert claim.existing.outcome == OUTCOME
+        assert claim.existing.fingerprint == FP1
+
+    async def test_completed_record_is_final(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION)
+        await self.advance(self.LEASE / 2)
+        # Not in progress any more: even its owner cannot rewrite, extend or delete it.
+        assert await store.complete(SCOPE, "k", "o1", b'{"other":1}', self.LONG) is False
+        assert await store.renew(SCOPE, "k", "o1", self.LONG) is False
+        assert await store.release(SCOPE, "k", "o1") is False
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert record.status is Status.COMPLETED and record.outcome == OUTCOME
+        self.assert_remaining(record, self.RETENTION - self.LEASE / 2)
+
+    async def test_operations_on_missing_key_fail(self) -> None:
+        store = await self.open()
+        assert await store.renew(SCOPE, "k", "o1", self.LEASE) is False
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION) is False
+        assert await store.release(SCOPE, "k", "o1") is False
+        assert await store.get(SCOPE, "k") is None  # complete did not create a record
+
+    # -- fencing ---------------------------------------------------------------------------
+
+    async def test_wrong_owner_is_fenced(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        await self.advance(self.LEASE / 2)
+        assert await store.complete(SCOPE, "k", "intruder", OUTCOME, self.RETENTION) is False
+        assert await store.renew(SCOPE, "k", "intruder", self.LONG) is False
+        assert await store.release(SCOPE, "k", "intruder") is False
+        await self.in_progress(store, "k", "o1")
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        self.assert_remaining(record, self.LEASE / 2)  # the intruder's renew changed nothing
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION) is True
+
+    async def test_stale_owner_cannot_touch_new_claim(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "stale", self.LEASE)
+        await self.advance(self.LEASE * 1.5)  # the stale owner's lease ran out...
+        assert (await store.claim(SCOPE, "k", FP2, "fresh", self.LEASE)).claimed  # ...reclaimed
+        assert await store.complete(SCOPE, "k", "stale", b'{"stale":1}', self.LONG) is False
+        assert await store.renew(SCOPE, "k", "stale", self.LONG) is False
+        assert await store.release(SCOPE, "k", "stale") is False
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert (record.status, record.owner, record.fingerprint) == (
+            Status.IN_PROGRESS,
+            "fresh",
+            FP2,
+        )
+        self.assert_remaining(record, self.LEASE)
+        # The new owner completes; the stale owner still cannot overwrite the completed record.
+        assert await store.complete(SCOPE, "k", "fresh", OUTCOME, self.RETENTION) is True
+        assert await store.complete(SCOPE, "k", "stale", b'{"stale":1}', self.LONG) is False
+        assert await store.release(SCOPE, "k", "stale") is False
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert (record.status, record.owner, record.outcome) == (Status.COMPLETED, "fresh", OUTCOME)
+
+    async def test_owner_with_expired_lease_is_not_holding(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        await self.advance(self.LEASE * 1.5)
+        # Nobody re-claimed, but the lease is over: the claim is gone, not revivable.
+        assert await store.renew(SCOPE, "k", "o1", self.LEASE) is False
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION) is False
+        assert await store.release(SCOPE, "k", "o1") is False
+        assert await store.get(SCOPE, "k") is None
+
+    # -- time ------------------------------------------------------------------------------
+
+    async def test_lease_expiry_makes_key_claimable(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        await self.advance(self.LEASE / 2)
+        held = await store.claim(SCOPE, "k", FP1, "o2", self.LEASE)
+        assert held.claimed is False  # still within the lease
+        await self.advance(self.LEASE)  # 1.5 leases in total
+        assert await store.get(SCOPE, "k") is None
+        assert (await store.claim(SCOPE, "k", FP2, "o2", self.LEASE)).claimed
+        await self.in_progress(store, "k", "o2")
+
+    async def test_retention_expiry_makes_key_claimable(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION)
+        await self.advance(self.RETENTION / 2)
+        replay = await store.claim(SCOPE, "k", FP1, "o2", self.LEASE)
+        assert replay.claimed is False
+        assert replay.existing is not None and replay.existing.outcome == OUTCOME
+        await self.advance(self.RETENTION)  # 1.5 retentions in total
+        assert await store.get(SCOPE, "k") is None
+        assert (await store.claim(SCOPE, "k", FP2, "o2", self.LEASE)).claimed
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert (record.status, record.fingerprint, record.outcome) == (
+            Status.IN_PROGRESS,
+            FP2,
+            None,
+        )
+
+    async def test_retention_starts_at_completion(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        await self.advance(self.LEASE / 2)
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION)
+        await self.advance(self.RETENTION - self.LEASE / 4)  # past claim + retention
+        record = await store.get(SCOPE, "k")
+        assert record is not None and record.status is Status.COMPLETED
+        self.assert_remaining(record, self.LEASE / 4)
+
+    async def test_renew_extends_lease(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        await self.advance(self.LEASE * 0.75)
+        assert await store.renew(SCOPE, "k", "o1", self.LEASE) is True
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        self.assert_remaining(record, self.LEASE)  # renewed from now, not from the claim
+        await self.advance(self.LEASE * 0.75)  # 1.5 leases after the claim: alive by renewal
+        await self.in_progress(store, "k", "o1")
+        assert (await store.claim(SCOPE, "k", FP1, "o2", self.LEASE)).claimed is False
+        assert await store.renew(SCOPE, "k", "o1", self.LEASE) is True
+        await self.advance(self.LEASE * 0.75)
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION) is True
+
+    async def test_unrenewed_claim_expires_after_renewal(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        await self.advance(self.LEASE / 2)
+        assert await store.renew(SCOPE, "k", "o1", self.LEASE)
+        await self.advance(self.LEASE * 1.25)
+        assert await store.get(SCOPE, "k") is None
+        assert await store.renew(SCOPE, "k", "o1", self.LEASE) is False
+
+    # -- release ---------------------------------------------------------------------------
+
+    async def test_release_deletes(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        assert await store.release(SCOPE, "k", "o1") is True
+        assert await store.get(SCOPE, "k") is None
+        assert await store.release(SCOPE, "k", "o1") is False
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION) is False
+        assert (await store.claim(SCOPE, "k", FP2, "o2", self.LEASE)).claimed
+        await self.in_progress(store, "k", "o2")
+
+    # -- capacity --------------------------------------------------------------------------
+
+    async def _fill(self, store: Store, n: int, *, lease: float) -> None:
+        for i in range(n):
+            assert (await store.claim(SCOPE, f"k{i}", FP1, f"o{i}", lease)).claimed
+
+    async def test_full_store_refuses_new_claims_and_keeps_records(self) -> None:
+        store = await self.open(max_records=3)
+        await self._fill(store, 2, lease=self.LONG)
+        assert (await store.claim(SCOPE, "done", FP1, "od", self.LEASE)).claimed
+        assert await store.complete(SCOPE, "done", "od", OUTCOME, self.LONG)  # completed counts
+        with pytest.raises(StoreFullError):
+            await store.claim(SCOPE, "new", FP1, "on", self.LEASE)
+        with pytest.raises(StoreFullError):
+            await store.claim(OTHER_SCOPE, "k0", FP1, "on", self.LEASE)
+        assert await store.get(SCOPE, "new") is None
+        for i in range(2):
+            await self.in_progress(store, f"k{i}", f"o{i}")
+        done = await store.get(SCOPE, "done")
+        assert done is not None and done.outcome == OUTCOME
+        # A key that is already live is still answered, full or not.
+        again = await store.claim(SCOPE, "k0", FP1, "on", self.LEASE)
+        assert again.claimed is False and again.existing is not None
+        assert again.existing.owner == "o0"
+        replay = await store.claim(SCOPE, "done", FP1, "on", self.LEASE)
+        assert replay.existing is not None and replay.existing.outcome == OUTCOME
+
+    async def test_expired_records_free_room(self) -> None:
+        store = await self.open(max_records=3)
+        assert (await store.claim(SCOPE, "short", FP1, "os", self.LEASE)).claimed
+        await self._fill(store, 2, lease=self.LONG)
+        with pytest.raises(StoreFullError):
+            await store.claim(SCOPE, "new", FP1, "on", self.LEASE)
+        await self.advance(self.LEASE * 1.5)
+        assert (await store.claim(SCOPE, "new", FP1, "on", self.LEASE)).claimed
+        for i in range(2):
+            await self.in_progress(store, f"k{i}", f"o{i}")
+        with pytest.raises(StoreFullError):
+            await store.claim(SCOPE, "newer", FP1, "on", self.LEASE)
+
+    async def test_expired_completed_records_free_room(self) -> None:
+        store = await self.open(max_records=2)
+        await store.claim(SCOPE, "a", FP1, "oa", self.LEASE)
+        assert await store.complete(SCOPE, "a", "oa", OUTCOME, self.RETENTION)
+        await store.claim(SCOPE, "b", FP1, "ob", self.LONG)
+        with pytest.raises(StoreFullError):
+            await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)
+        await self.advance(self.RETENTION * 1.5)
+        assert (await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)).claimed
+        await self.in_progress(store, "b", "ob")
+
+    async def test_released_records_free_room(self) -> None:
+        store = await self.open(max_records=2)
+        await self._fill(store, 2, lease=self.LONG)
+        with pytest.raises(StoreFullError):
+            await store.claim(SCOPE, "new", FP1, "on", self.LEASE)
+        assert await store.release(SCOPE, "k0", "o0")
+        assert (await store.claim(SCOPE, "new", FP1, "on", self.LEASE)).claimed
+        await self.in_progress(store, "k1", "o1")
+
+    # -- scopes and keys -------------------------------------------------------------------
+
+    async def test_scopes_are_independent(self) -> None:
+        store = await self.open()
+        assert (await store.claim(SCOPE, "k", FP1, "oa", self.LEASE)).claimed
+        assert (await store.claim(OTHER_SCOPE, "k", FP2, "ob", self.LEASE)).claimed
+        assert await store.complete(SCOPE, "k", "oa", OUTCOME, self.RETENTION)
+        await self.in_progress(store, "k", "ob", scope=OTHER_SCOPE)
+        # An owner of one scope's record holds nothing in the other.
+        assert await store.complete(OTHER_SCOPE, "k", "oa", OUTCOME, self.RETENTION) is False
+        assert await store.release(OTHER_SCOPE, "k", "ob") is True
+        record = await store.get(SCOPE, "k")
+        assert record is not None and record.outcome == OUTCOME
+        assert await store.get(OTHER_SCOPE, "k") is None
+
+    async def test_scope_and_key_do_not_run_together(self) -> None:
+        # A store joining scope and key with a separator must not let these meet.
+        store = await self.open()
+        assert (await store.claim("a\x1fb", "c", FP1, "o1", self.LEASE)).claimed
+        assert (await store.claim("a", "b\x1fc", FP2, "o2", self.LEASE)).claimed
+        assert (await store.claim("a:b", "c", FP1, "o3", self.LEASE)).claimed
+        assert (await store.claim("a", "b:c", FP2, "o4", self.LEASE)).claimed
+        await self.in_progress(store, "c", "o1", scope="a\x1fb")
+        await self.in_progress(store, "b\x1fc", "o2", scope="a")
+
+    @pytest.mark.parametrize("name", sorted(KEYS))
+    async def test_unusual_keys(self, name: str) -> None:
+        key = KEYS[name]
+        store = await self.open()
+        assert (await store.claim(SCOPE, key, FP1, "o1", self.LEASE)).claimed
+        assert await store.get(SCOPE, key + "x") is None
+        assert await store.complete(SCOPE, key, "o1", OUTCOME, self.RETENTION)
+        record = await store.get(SCOPE, key)
+        assert record is not None and record.outcome == OUTCOME
+
+    async def test_keys_compare_exactly(self) -> None:
+        store = await self.open()
+        keys = ["\u00e9", "e\u0301", "K", "k", "k ", "x\ud800", "x\ud801"]
+        for i, key in enumerate(keys):
+            assert (await store.claim(SCOPE, key, FP1, f"o{i}", self.LEASE)).claimed, key
+        for i, key in enumerate(keys):
+            await self.in_progress(store, key, f"o{i}")
+
+    # -- outcomes --------------------------------------------------------------------------
+
+    @pytest.mark.parametrize("name", sorted(OUTCOMES))
+    async def test_outcome_round_trips_exactly(self, name: str) -> None:
+        outcome = OUTCOMES[name]
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        assert await store.complete(SCOPE, "k", "o1", outcome, self.RETENTION)
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert type(record.outcome) is bytes
+        assert record.outcome == outcome
+        claim = await store.claim(SCOPE, "k", FP1, "o2", self.LEASE)
+        assert claim.existing is not None and claim.existing.outcome == outcome
+
+    # -- concurrency -----------------------------------------------------------------------
+
+    async def test_concurrent_claims_have_one_winner(self) -> None:
+        store = await self.open()
+        results: dict[str, Claim] = {}
+
+        async def one(owner: str) -> None:
+            results[owner] = await store.claim(SCOPE, "k", FP1, owner, self.LEASE)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(self.CONCURRENCY):
+                tg.start_soon(one, f"o{i}")
+        winners = [owner for owner, claim in results.items() if claim.claimed]
+        assert len(results) == self.CONCURRENCY
+        assert len(winners) == 1
+        for claim in results.values():
+            if not claim.claimed:
+                assert claim.existing is not None and claim.existing.owner == winners[0]
+        await self.in_progress(store, "k", winners[0])
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def test_aclose_twice_is_harmless(self) -> None:
+        store = await self.make_store(self.clock)
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        await store.aclose()
+        await store.aclose()
