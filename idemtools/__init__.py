@@ -24,6 +24,7 @@ from .errors import (
     StoreFullError,
     StoreUnavailableError,
 )
+from .installation import Installation, ToolPolicy, install, installation_of
 from .outcome import Outcome
 from .policy import DEFAULT_POLICY, Policy, Registry, default_registry, idempotent, policy_of
 from .scopes import (
@@ -50,6 +51,7 @@ __all__ = [
     "IdempotencyError",
     "InProgressError",
     "InstallError",
+    "Installation",
     "KeyInvalidError",
     "Outcome",
     "OutcomeTooLargeError",
@@ -62,11 +64,14 @@ __all__ = [
     "StoreFullError",
     "StoreUnavailableError",
     "ToolCall",
+    "ToolPolicy",
     "by_auth_subject",
     "canonicalize",
     "default_registry",
     "fingerprint",
     "idempotent",
+    "install",
+    "installation_of",
     "local_user",
     "per_session",
     "policy_of",

@@ -98,6 +98,7 @@ class Engine:
             `idempotency_outcome_too_large` instead of a second execution.
         codes: JSON-RPC error codes per `error.data.type`.
         mark_replays: add `_meta["io.github.idemtools/replayed"] = true` to replayed results.
+        max_retry_after: upper bound (seconds) of `retryAfterMs` on in-progress refusals.
     """
 
     def __init__(
@@ -110,8 +111,10 @@ class Engine:
         max_outcome_bytes: int = 1 << 20,
         codes: ErrorCodes | None = None,
         mark_replays: bool = False,
+        max_retry_after: float = 1.0,
     ) -> None:
         self.store = store
+        self.max_retry_after = max_retry_after
         self.registry = registry if registry is not None else default_registry
         self.default_policy = default_policy
         self.max_key_length = max_key_length
@@ -175,7 +178,9 @@ class Engine:
             raise InProgressError(
                 "a request with this idempotencyKey is still in progress; retry shortly",
                 key=key,
-                retry_after_ms=_retry_after_ms(record.remaining, policy.lease),
+                retry_after_ms=_retry_after_ms(
+                    record.remaining, policy.lease, self.max_retry_after
+                ),
             )
         try:
             if record.outcome is None:
@@ -357,9 +362,13 @@ def _scope_hash(policy: Policy, context: CallContext, key: str) -> str:
     return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _retry_after_ms(remaining: float, lease: float) -> int:
-    """Poll at a quarter of the lease, never later than the lease's end."""
-    wait = min(max(remaining, 0.0), lease / 4)
+def _retry_after_ms(remaining: float, lease: float, cap: float) -> int:
+    """A quarter of the lease, at most `cap`, and never later than the lease's end.
+
+    The original call usually finishes long before its lease would run out; a short wait
+    keeps a retrying client responsive, while the lease bounds it when the owner died.
+    """
+    wait = min(max(remaining, 0.0), lease / 4, cap)
     return max(1, math.ceil(wait * 1000))
 
 
