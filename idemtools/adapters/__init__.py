@@ -1,0 +1,48 @@
+"""SDK adapters: the only modules that import `mcp`. One per SDK line, chosen by feature detection.
+
+mcp 1.x dispatches through `Server.request_handlers` (a dict keyed by request type); mcp 2.x
+through a middleware chain (`Server.middleware`) that sees raw params before any validation. The
+installed line is detected by what it ships (`mcp_types` exists only on 2.x), not by parsing
+version strings, and the server object is checked for the hook that line's adapter needs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InstallError
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..installation import Installation
+
+__all__ = ["SDK2", "adapt", "sdk_line"]
+
+
+def sdk_line() -> int:
+    """The installed mcp SDK's major line (1 or 2): only the 2.x line ships `mcp_types`."""
+    return 2 if importlib.util.find_spec("mcp_types") is not None else 1
+
+
+SDK2 = sdk_line() == 2
+"""mypy checks one SDK line per run: `--always-true SDK2` on 2.x, `--always-false SDK2` on 1.x."""
+
+
+def adapt(server: Any, engine: Engine, *, declare_field: bool) -> Installation:
+    lowlevel = getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", None)
+    target = lowlevel if lowlevel is not None else server
+    if SDK2:
+        if isinstance(getattr(target, "middleware", None), list):
+            from .mcp2 import adapt as adapt2
+
+            return adapt2(server, target, engine, declare_field=declare_field)
+    elif isinstance(getattr(target, "request_handlers", None), dict):
+        from .mcp1 import adapt as adapt1
+
+        return adapt1(server, target, engine, declare_field=declare_field)
+    raise InstallError(
+        f"idemtools cannot install on {type(server).__name__}: expected FastMCP or the low-level "
+        "Server (mcp 1.x), or MCPServer or the low-level Server (mcp 2.x), from the installed "
+        f"mcp {sdk_line()}.x"
+    )

@@ -1,0 +1,206 @@
+"""Adapter for the mcp 1.x line: FastMCP and the low-level `Server`.
+
+Interception point: `Server.request_handlers[CallToolRequest]`, the one place that sees the
+params (and so the key), runs before tool lookup and input validation, can answer without running
+the tool, and can raise `McpError` to send a real JSON-RPC error. FastMCP registers it in its
+constructor; a low-level server when `@server.call_tool()` runs. The handler dict is replaced by a
+guard that wraps whatever `tools/call` handler is registered later, so installing early or
+re-registering never leaves the server unprotected. The capability is added by wrapping the
+instance's `get_capabilities`, which every transport's `initialize` goes through.
+
+Auth: the current request's token is `request_context.request.scope["user"].access_token`.
+`get_access_token()` is NOT used: on stateful HTTP it reports the token that created the session.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+from mcp import types
+from mcp.shared.exceptions import McpError
+
+from ..engine import Engine, ToolCall
+from ..errors import InstallError
+from ..installation import Installation
+from ..outcome import Outcome
+from ..policy import Policy, policy_of
+from ..scopes import AuthInfo, CallContext
+from . import _fields
+
+__all__ = ["adapt", "declare_key_field"]
+
+log = logging.getLogger("idemtools")
+
+Handler = Callable[[Any], Awaitable[Any]]
+_MARK = "__idemtools_wrapped__"
+
+
+def declare_key_field() -> None:
+    """Declare `idempotencyKey` (attribute `idempotency_key`) on mcp 1.x `CallToolRequestParams`."""
+    _fields.declare(
+        types.CallToolRequestParams,
+        [
+            lambda: types.CallToolRequestParams.model_rebuild(force=True),
+            lambda: types.CallToolRequest.model_rebuild(force=True),
+            lambda: types.ClientRequest.model_rebuild(force=True),
+        ],
+    )
+
+
+def _self_test(declared: bool) -> None:
+    """Prove a keyed request survives this SDK's parse (and, if declared, client) path."""
+    wire = {"method": "tools/call", "params": {"name": "t", "arguments": {}, "idempotencyKey": "k"}}
+    parsed = types.ClientRequest.model_validate(wire).root
+    if _fields.read_key(parsed.params) != "k":
+        raise InstallError("this mcp version drops idempotencyKey when parsing tools/call")
+    if declared:
+        params = types.CallToolRequestParams.model_validate(wire["params"])
+        sent = types.ClientRequest(types.CallToolRequest(method="tools/call", params=params))
+        dumped = sent.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if dumped["params"].get(_fields.WIRE_NAME) != "k":
+            raise InstallError(
+                "declared idempotencyKey does not reach the wire on this mcp version"
+            )
+
+
+def _context(lowlevel: Any) -> CallContext:
+    try:
+        rc = lowlevel.request_context
+    except LookupError:
+        return CallContext()
+    request = getattr(rc, "request", None)
+    if request is None:  # stdio or in-memory: no HTTP request behind the call
+        return CallContext(transport="stdio", session_id=f"local-{id(rc.session)}", raw=rc)
+    auth = None
+    token = getattr(request.scope.get("user"), "access_token", None)
+    if token is not None:
+        claims = getattr(token, "claims", None) or {}
+        auth = AuthInfo(
+            issuer=claims.get("iss"),
+            subject=getattr(token, "subject", None) or claims.get("sub"),
+            client_id=getattr(token, "client_id", None),
+        )
+    return CallContext(
+        transport="http", auth=auth, session_id=request.headers.get("mcp-session-id"), raw=rc
+    )
+
+
+def _result_model(result: dict[str, Any]) -> type[Any]:
+    task_cls = getattr(types, "CreateTaskResult", None)
+    if task_cls is not None and "task" in result and "content" not in result:
+        return task_cls  # type: ignore[no-any-return]
+    return types.CallToolResult
+
+
+class _Guard(dict):  # type: ignore[type-arg]
+    """`request_handlers` that wraps any `tools/call` handler registered after install()."""
+
+    def __init__(self, base: dict[Any, Any], wrap: Callable[[Handler], Handler]) -> None:
+        super().__init__(base)
+        self._wrap = wrap
+        if types.CallToolRequest in self:
+            self[types.CallToolRequest] = self[types.CallToolRequest]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if key is types.CallToolRequest and not getattr(value, _MARK, False):
+            value = self._wrap(value)
+        super().__setitem__(key, value)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+
+def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) -> Installation:
+    if getattr(lowlevel, "__idemtools_guard__", False):
+        raise InstallError("idemtools is already installed on this server")
+    if declare_field:
+        declare_key_field()
+    _self_test(declare_field)
+    tool_manager = getattr(server, "_tool_manager", None)
+
+    def own_policy(name: str) -> Policy | None:
+        if tool_manager is None:
+            return None
+        tool = tool_manager.get_tool(name)
+        return policy_of(getattr(tool, "fn", None)) if tool is not None else None
+
+    def wrap(inner: Handler) -> Handler:
+        async def call_tool(req: Any) -> Any:
+            params = req.params
+            key = _fields.read_key(params)
+            if key is None:
+                return await inner(req)
+
+            async def run() -> Outcome:
+                try:
+                    result = await inner(req)
+                except McpError as exc:
+                    return Outcome(error=exc.error.model_dump(mode="json", exclude_none=True))
+                except Exception:
+                    # The SDK would send code 0 with the exception text; keep internals private.
+                    log.exception("tools/call handler raised")
+                    return Outcome.of_error(types.INTERNAL_ERROR, "Internal error")
+                root: Any = getattr(result, "root", result)
+                return Outcome(
+                    result=root.model_dump(by_alias=True, mode="json", exclude_none=True)
+                )
+
+            call = ToolCall(
+                name=params.name,
+                arguments=params.arguments,
+                key=key,
+                context=_context(lowlevel),
+                policy=own_policy(params.name),
+            )
+            outcome = await engine.handle(call, run)
+            # A client that cancelled already got its answer from the SDK; don't answer twice.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            if outcome.error is not None:
+                raise McpError(types.ErrorData.model_validate(outcome.error))
+            assert outcome.result is not None
+            model = _result_model(outcome.result)
+            return types.ServerResult(model.model_validate(outcome.result))
+
+        setattr(call_tool, _MARK, True)
+        return call_tool
+
+    guard = _Guard(lowlevel.request_handlers, wrap)
+    lowlevel.request_handlers = guard
+    original_caps = lowlevel.get_capabilities
+
+    def get_capabilities(*args: Any, **kwargs: Any) -> Any:
+        # Every initialize passes here: re-guard a handler dict someone replaced wholesale.
+        if not isinstance(lowlevel.request_handlers, _Guard):
+            lowlevel.request_handlers = _Guard(lowlevel.request_handlers, wrap)
+        caps = original_caps(*args, **kwargs)
+        if caps.tools is not None:
+            tools = caps.tools.model_dump(by_alias=True, exclude_none=True)
+            caps = caps.model_copy(
+                update={"tools": types.ToolsCapability.model_validate({**tools, "idempotency": {}})}
+            )
+        return caps
+
+    lowlevel.get_capabilities = get_capabilities
+    lowlevel.__idemtools_guard__ = True
+
+    async def list_tools() -> list[tuple[str, Policy | None]]:
+        if tool_manager is not None:
+            return [(t.name, policy_of(t.fn)) for t in tool_manager.list_tools()]
+        handler = lowlevel.request_handlers.get(types.ListToolsRequest)
+        if handler is None:
+            return []
+        result = await handler(types.ListToolsRequest(method="tools/list"))
+        return [(t.name, None) for t in getattr(result, "root", result).tools]
+
+    kind = "mcp1.fastmcp" if tool_manager is not None else "mcp1.lowlevel"
+    return Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)

@@ -1,0 +1,227 @@
+"""Adapter for the mcp 2.x line: MCPServer and the low-level `Server`, both protocol eras.
+
+mcp 2.x parses `tools/call` params into a model that ignores unknown fields, so an
+`idempotencyKey` is silently dropped before any handler runs. The one hook that sees the raw
+params, on every transport and in both eras (2025-11-25 `initialize`, 2026-07-28 stateless
+`server/discover`), before surface validation, tool lookup, argument validation and the handler,
+is the server middleware chain (`Server.middleware`, marked provisional by the SDK). idemtools
+appends one middleware there. It also edits the already-serialized `initialize` and
+`server/discover` results to advertise `capabilities.tools.idempotency`, because the SDK's typed
+capability models (and its per-version wire sieve) drop unknown keys.
+
+What is recorded is the wire dict `call_next` returns. A replay in the other protocol era is
+re-enveloped (`resultType` and the `serverInfo` stamp exist only in 2026-07-28), so a client that
+retries across eras still gets a well-formed answer and never a second execution.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from ..engine import Engine, ToolCall
+from ..errors import InstallError
+from ..installation import Installation
+from ..outcome import Outcome
+from ..policy import Policy, policy_of
+from ..scopes import AuthInfo, CallContext
+from . import _fields
+
+__all__ = ["IdempotencyMiddleware", "adapt", "declare_key_field"]
+
+log = logging.getLogger("idemtools")
+
+_CONTINUATION = ("requestState", "inputResponses")
+
+
+def declare_key_field() -> None:
+    """Declare `idempotencyKey` (attribute `idempotency_key`) on mcp 2.x `CallToolRequestParams`."""
+    _fields.declare(
+        types.CallToolRequestParams,
+        [
+            lambda: types.CallToolRequestParams.model_rebuild(force=True),
+            lambda: types.CallToolRequest.model_rebuild(force=True),
+            lambda: types.client_request_adapter.rebuild(force=True),
+        ],
+    )
+
+
+def _self_test() -> None:
+    params = types.CallToolRequestParams.model_validate(
+        {"name": "t", "arguments": {}, "idempotencyKey": "k"}, by_name=False
+    )
+    if _fields.read_key(params) != "k":
+        raise InstallError("declared idempotencyKey is dropped by this mcp version's parser")
+    dumped = types.CallToolRequest(params=params).model_dump(
+        by_alias=True, mode="json", exclude_none=True
+    )
+    if dumped["params"].get(_fields.WIRE_NAME) != "k":
+        raise InstallError("declared idempotencyKey does not reach the wire on this mcp version")
+
+
+def _auth(ctx: Any) -> AuthInfo | None:
+    request = getattr(ctx, "request", None)
+    token = None
+    if request is not None:
+        token = getattr(request.scope.get("user"), "access_token", None)
+    if token is None:
+        from mcp.server.auth.middleware.auth_context import get_access_token
+
+        token = get_access_token()
+    if token is None:
+        return None
+    claims = getattr(token, "claims", None) or {}
+    return AuthInfo(
+        issuer=claims.get("iss"),
+        subject=getattr(token, "subject", None) or claims.get("sub"),
+        client_id=getattr(token, "client_id", None),
+    )
+
+
+def _context(ctx: Any) -> CallContext:
+    request = getattr(ctx, "request", None)
+    if request is None:  # stdio or in-process: no HTTP request behind the call
+        return CallContext(transport="stdio", session_id=f"local-{id(ctx.session)}", raw=ctx)
+    return CallContext(
+        transport="http",
+        auth=_auth(ctx),
+        session_id=request.headers.get("mcp-session-id"),
+        raw=ctx,
+    )
+
+
+def _error_outcome(exc: BaseException) -> Outcome:
+    if isinstance(exc, MCPError):
+        return Outcome(error=exc.error.model_dump(mode="json", exclude_none=True))
+    if isinstance(exc, ValidationError):  # what the SDK answers for malformed params
+        return Outcome.of_error(types.INVALID_PARAMS, "Invalid request parameters", "")
+    log.exception("tools/call raised inside the middleware chain", exc_info=exc)
+    return Outcome.of_error(types.INTERNAL_ERROR, "Internal server error")
+
+
+class IdempotencyMiddleware:
+    """The server middleware that puts the SEP-3182 engine in front of `tools/call`."""
+
+    def __init__(self, lowlevel: Any, engine: Engine, tool_manager: Any) -> None:
+        self.lowlevel = lowlevel
+        self.engine = engine
+        self.tool_manager = tool_manager
+
+    def own_policy(self, name: object) -> Policy | None:
+        if self.tool_manager is None or not isinstance(name, str):
+            return None
+        tool = self.tool_manager.get_tool(name)
+        return policy_of(getattr(tool, "fn", None)) if tool is not None else None
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        if ctx.request_id is None:  # notifications
+            return await call_next(ctx)
+        method = ctx.method
+        if method in ("initialize", "server/discover"):
+            return _advertise(await call_next(ctx))
+        params = ctx.params
+        if method != "tools/call" or not params:
+            return await call_next(ctx)
+        key = params.get(_fields.WIRE_NAME)
+        # MRTR continuations are outside SEP-3182 (its Scope section): run, touch no record.
+        if key is None or any(name in params for name in _CONTINUATION):
+            return await call_next(ctx)
+
+        async def run() -> Outcome:
+            try:
+                result = await call_next(ctx)
+            except Exception as exc:
+                return _error_outcome(exc)
+            if not isinstance(result, dict):
+                return Outcome.of_error(types.INTERNAL_ERROR, "Internal server error")
+            final = result.get("resultType", "complete") != "input_required"
+            return Outcome(result=result, final=final)
+
+        name = params.get("name")
+        arguments = params.get("arguments")
+        if not isinstance(name, str) or not (isinstance(arguments, dict) or arguments is None):
+            # Malformed params: the SDK refuses them as it always does; nothing to deduplicate.
+            return await call_next(ctx)
+        call = ToolCall(
+            name=name,
+            arguments=arguments,
+            key=key,
+            context=_context(ctx),
+            policy=self.own_policy(name),
+        )
+        outcome = await self.engine.handle(call, run)
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if outcome.error is not None:
+            error = outcome.error
+            raise MCPError(error["code"], error["message"], error.get("data"))
+        assert outcome.result is not None
+        if outcome.replayed:
+            return _envelope(outcome.result, ctx.protocol_version, self.lowlevel)
+        return outcome.result
+
+
+def _advertise(result: Any) -> Any:
+    if isinstance(result, dict):
+        caps = result.get("capabilities")
+        if isinstance(caps, dict) and isinstance(caps.get("tools"), dict):
+            caps["tools"] = {**caps["tools"], "idempotency": {}}
+    return result
+
+
+def _envelope(result: dict[str, Any], version: str, lowlevel: Any) -> dict[str, Any]:
+    """Fit a recorded wire result to the era of the request replaying it."""
+    out = copy.deepcopy(result)
+    meta = out.get("_meta")
+    if version in MODERN_PROTOCOL_VERSIONS:
+        out.setdefault("resultType", "complete")
+        if not (isinstance(meta, dict) and types.SERVER_INFO_META_KEY in meta):
+            stamp = lowlevel.server_info_stamp
+            out["_meta"] = {
+                **(meta if isinstance(meta, dict) else {}),
+                types.SERVER_INFO_META_KEY: stamp,
+            }
+    else:
+        out.pop("resultType", None)
+        if isinstance(meta, dict) and types.SERVER_INFO_META_KEY in meta:
+            rest = {k: v for k, v in meta.items() if k != types.SERVER_INFO_META_KEY}
+            if rest:
+                out["_meta"] = rest
+            else:
+                out.pop("_meta")
+    return out
+
+
+def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) -> Installation:
+    if any(isinstance(m, IdempotencyMiddleware) for m in lowlevel.middleware):
+        raise InstallError("idemtools is already installed on this server")
+    if declare_field:
+        declare_key_field()
+        _self_test()
+    tool_manager = getattr(server, "_tool_manager", None)
+    middleware = IdempotencyMiddleware(lowlevel, engine, tool_manager)
+    lowlevel.middleware.append(middleware)
+    original_caps = lowlevel.get_capabilities
+
+    def get_capabilities(*args: Any, **kwargs: Any) -> Any:
+        # initialize and server/discover pass here: put back a middleware someone removed.
+        if middleware not in lowlevel.middleware:
+            lowlevel.middleware.append(middleware)
+        return original_caps(*args, **kwargs)
+
+    lowlevel.get_capabilities = get_capabilities
+
+    async def list_tools() -> list[tuple[str, Policy | None]]:
+        if tool_manager is None:
+            return [(name, None) for name in engine.registry]
+        return [(t.name, policy_of(t.fn)) for t in tool_manager.list_tools()]
+
+    kind = "mcp2.mcpserver" if tool_manager is not None else "mcp2.lowlevel"
+    return Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
