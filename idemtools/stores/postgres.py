@@ -1,0 +1,540 @@
+"""PostgresStore: records in one PostgreSQL table, shared by every server instance.
+
+Why it is built this way:
+
+* **One table, primary key (scope, key), one statement per operation.** A claim is a single
+  `INSERT … ON CONFLICT (scope, key) DO UPDATE … WHERE <the old row expired>` whose result
+  tells whether we took the key; the same statement reads the live record otherwise, so a
+  replay is one round trip. PostgreSQL's unique index makes the claim atomic across any number
+  of instances without advisory locks or serializable transactions.
+* **Time is the database's.** Expiry is `expires_at timestamptz` computed with
+  `statement_timestamp()`; `remaining` is computed by the server too. Instances never compare
+  their own clocks, so clock skew between machines cannot extend or cut a lease.
+* **Keys are `bytea`.** PostgreSQL `text` cannot hold NUL and rejects lone surrogates, both of
+  which a JSON string key may contain; the UTF-8 bytes (lone surrogates kept with
+  `surrogatepass`) compare exactly as the key does. The scope is stored the same way.
+* **No connection is held while a tool runs** (outside transactional mode): each operation
+  borrows a pooled connection (autocommit) for one statement and gives it back.
+* **Schema on request only**: `await store.create_schema()` or `schema_sql()` in your
+  migrations. Importing or constructing the store never touches the database.
+* **Bounded cleanup.** Rows are not deleted the moment they expire (a claim simply reuses an
+  expired row), so `purge_expired(limit=...)` deletes at most `limit` expired rows per call,
+  using the `expires_at` index and `SKIP LOCKED` so concurrent purgers never wait on each other.
+  Call it periodically (cron, a background task), and/or let the store do it opportunistically:
+  every `purge_every`-th successful claim of a store instance is followed by one bounded purge of
+  at most `purge_limit` rows on the same connection (one extra short statement for that claim).
+* **Failures fail closed.** Connection errors, pool timeouts and server errors become
+  `StoreUnavailableError` chained from psycopg's exception (a full disk becomes
+  `StoreFullError`). A broken connection is retried once on a fresh one after the pool has
+  checked its idle connections, so the store recovers by itself after an outage or a server
+  restart; the retry is harmless even if the first attempt ran (a record that already bears our
+  unique owner token is recognised as ours).
+* **Transactional mode** (`TransactionalStore`): `execution(scope, key, owner)` opens a
+  transaction on a pooled connection and exposes it to the tool through `current_connection()`;
+  `complete` (and `release`) called for that same claim inside the block write through the same
+  transaction, and the block commits on exit. The tool's own writes and the completed record
+  therefore commit together or not at all: if the process dies before the commit, PostgreSQL
+  rolls both back, the claim (committed earlier, on its own) ends by lease, and a retry runs the
+  tool again against a database that never saw the first attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import AsyncConnection, sql
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from ..errors import RecordCorruptError, RefusedError, StoreFullError, StoreUnavailableError
+from .base import Claim, Record, Status
+
+__all__ = ["PostgresStore", "current_connection"]
+
+T = TypeVar("T")
+
+_CLAIM_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class _Tx:
+    store: PostgresStore
+    scope: str
+    key: str
+    owner: str
+    conn: AsyncConnection[Any]
+
+
+_current: ContextVar[_Tx | None] = ContextVar("idemtools_postgres_tx", default=None)
+
+
+def current_connection() -> AsyncConnection[Any]:
+    """The connection of the idempotency transaction the current tool runs in.
+
+    Only inside a tool whose policy says `transactional=True`, run by an engine whose store is
+    a `PostgresStore`. Write the tool's side effects through it (and do not commit or roll back
+    yourself): they commit together with the completed idempotency record, or not at all.
+
+    Raises:
+        LookupError: outside such a tool (e.g. the policy is not transactional, or the store
+            is not a PostgresStore), so a tool never writes outside the transaction unknowingly.
+    """
+    tx = _current.get()
+    if tx is None:
+        raise LookupError(
+            "no idemtools PostgreSQL transaction here: current_connection() works only inside "
+            "a tool declared @idempotent(transactional=True) and run with a PostgresStore"
+        )
+    return tx.conn
+
+
+def _b(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _table_ident(table: str) -> sql.Identifier:
+    parts = table.split(".")
+    if not 1 <= len(parts) <= 2 or not all(parts):
+        raise ValueError(f"table must be 'name' or 'schema.name', got {table!r}")
+    return sql.Identifier(*parts)
+
+
+class PostgresStore:
+    """Idempotency records in a PostgreSQL table, shared by all instances that use it.
+
+    Args:
+        pool: a `psycopg_pool.AsyncConnectionPool` whose connections are in autocommit mode
+            (the store sets autocommit itself when it creates the pool; a pool passed in stays
+            the caller's and is not closed by `aclose()`).
+        table: table name, optionally schema-qualified (`"schema.table"`).
+        purge_every: run a bounded purge after every N-th successful claim; 0 disables.
+        purge_limit: rows deleted at most by one opportunistic purge.
+
+    Prefer `PostgresStore.from_url(url)`, then `await store.create_schema()` once (or put
+    `PostgresStore.schema_sql()` into your migrations).
+    """
+
+    kind = "postgres"
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Any],
+        *,
+        table: str = "idemtools_records",
+        purge_every: int = 100,
+        purge_limit: int = 100,
+        _owns_pool: bool = False,
+    ) -> None:
+        if purge_every < 0 or purge_limit < 1:
+            raise ValueError("purge_every must be >= 0 and purge_limit >= 1")
+        self._pool = pool
+        self.table = table
+        self.purge_every = purge_every
+        self.purge_limit = purge_limit
+        self._owns_pool = _owns_pool
+        self._opened = False
+        self._closed = False
+        self._open_lock = asyncio.Lock()
+        self._claims = 0
+        q = _queries(table)
+        self._q_claim = q["claim"]
+        self._q_renew = q["renew"]
+        self._q_complete = q["complete"]
+        self._q_complete_retry = q["complete_retry"]
+        self._q_release = q["release"]
+        self._q_get = q["get"]
+        self._q_purge = q["purge"]
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        table: str = "idemtools_records",
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = 2.0,
+        timeout: float = 5.0,
+        purge_every: int = 100,
+        purge_limit: int = 100,
+        **connect_kwargs: Any,
+    ) -> PostgresStore:
+        """A store with its own connection pool to `url` (opened on first use, closed by aclose).
+
+        `timeout` bounds how long an operation waits for a pooled connection — while the server
+        is down that is how long a keyed call waits before `idempotency_store_unavailable`.
+        `connect_timeout` bounds one connection attempt (libpq rounds it up to 2 s).
+        """
+        kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(1, round(connect_timeout)),
+        }
+        kwargs.update(connect_kwargs)
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs=kwargs,
+            timeout=timeout,
+            open=False,
+            name="idemtools",
+        )
+        return cls(
+            pool,
+            table=table,
+            purge_every=purge_every,
+            purge_limit=purge_limit,
+            _owns_pool=True,
+        )
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Any]:
+        return self._pool
+
+    # -- schema ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def schema_sql(table: str = "idemtools_records") -> str:
+        """The DDL for the records table, for migration tools. Idempotent (IF NOT EXISTS)."""
+        ident = _table_ident(table)
+        index = sql.Identifier(table.split(".")[-1] + "_expires_idx")
+        return (
+            sql.SQL(
+                """CREATE TABLE IF NOT EXISTS {t} (
+    scope       bytea       NOT NULL,
+    key         bytea       NOT NULL,
+    status      text        NOT NULL CHECK (status IN ('p', 'c')),
+    fingerprint text        NOT NULL,
+    owner       text        NOT NULL,
+    outcome     bytea,
+    expires_at  timestamptz NOT NULL,
+    PRIMARY KEY (scope, key)
+);
+CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
+"""
+            )
+            .format(t=ident, i=index)
+            .as_string()
+        )
+
+    async def create_schema(self) -> None:
+        """Create the table and its index if they do not exist (explicit, never implicit)."""
+
+        async def op(conn: AsyncConnection[Any], _retrying: bool) -> None:
+            await conn.execute(self.schema_sql(self.table))
+
+        await self._run(op, None)
+
+    async def drop_schema(self) -> None:
+        """Drop the table (tests, uninstall). Every record is lost."""
+
+        async def op(conn: AsyncConnection[Any], _retrying: bool) -> None:
+            await conn.execute(
+                sql.SQL("DROP TABLE IF EXISTS {t}").format(t=_table_ident(self.table))
+            )
+
+        await self._run(op, None)
+
+    async def purge_expired(self, *, limit: int = 1000) -> int:
+        """Delete at most `limit` expired records; returns how many. Safe to run concurrently."""
+
+        async def op(conn: AsyncConnection[Any], _retrying: bool) -> int:
+            cur = await conn.execute(self._q_purge, (limit,))
+            return cur.rowcount
+
+        result: int = await self._run(op, None)
+        return result
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    async def _ensure_open(self) -> None:
+        if self._opened:
+            return
+        async with self._open_lock:
+            if self._closed:
+                raise StoreUnavailableError("the PostgresStore was closed")
+            if not self._opened:
+                if self._owns_pool:
+                    # wait=False: a server that is down must not block the first call here;
+                    # getconn's `timeout` bounds the wait instead.
+                    await self._pool.open(wait=False)
+                self._opened = True
+
+    async def _run(
+        self, op: Callable[[AsyncConnection[Any], bool], Awaitable[T]], key: str | None
+    ) -> T:
+        """Run `op(conn, retrying)` on a pooled connection; retry once if it was broken."""
+        try:
+            await self._ensure_open()
+            try:
+                async with self._pool.connection() as conn:
+                    return await op(conn, False)
+            except psycopg.OperationalError as exc:
+                if isinstance(exc, PoolTimeout) or not _is_connection_failure(exc):
+                    raise
+                # An outage or a server restart leaves every idle pooled connection dead; drop
+                # them all, then try once more on a fresh one.
+                await self._pool.check()
+                async with self._pool.connection() as conn:
+                    return await op(conn, True)
+        except RefusedError:
+            raise
+        except PoolTimeout as exc:
+            raise StoreUnavailableError(
+                f"PostgreSQL is unavailable (no connection within {self._pool.timeout} s): {exc}",
+                key=key,
+            ) from exc
+        except psycopg.errors.DiskFull as exc:
+            raise StoreFullError(f"PostgreSQL is out of disk space: {exc}", key=key) from exc
+        except psycopg.errors.UndefinedTable as exc:
+            raise StoreUnavailableError(
+                f"the idempotency table {self.table!r} does not exist; run "
+                "`await store.create_schema()` or apply PostgresStore.schema_sql() "
+                f"({exc})",
+                key=key,
+            ) from exc
+        except (psycopg.Error, OSError) as exc:
+            raise StoreUnavailableError(f"PostgreSQL failed: {exc!r}", key=key) from exc
+
+    def _tx_for(self, scope: str, key: str, owner: str) -> _Tx | None:
+        tx = _current.get()
+        if (
+            tx is not None
+            and tx.store is self
+            and (tx.scope, tx.key, tx.owner)
+            == (
+                scope,
+                key,
+                owner,
+            )
+        ):
+            return tx
+        return None
+
+    @staticmethod
+    def _record(row: tuple[Any, ...], key: str) -> Record:
+        status_raw, fp, owner, outcome, remaining = row
+        if status_raw == "p":
+            status = Status.IN_PROGRESS
+        elif status_raw == "c":
+            status = Status.COMPLETED
+        else:
+            raise _corrupt(key, f"unknown status {status_raw!r}")
+        if status is Status.COMPLETED and outcome is None:
+            raise _corrupt(key, "completed without an outcome")
+        return Record(
+            status=status,
+            fingerprint=fp,
+            owner=owner,
+            remaining=max(0.0, float(remaining)),
+            outcome=None if outcome is None else bytes(outcome),
+        )
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    async def claim(
+        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
+    ) -> Claim:
+        params = {"s": _b(scope), "k": _b(key), "f": fingerprint, "o": owner, "lease": lease}
+
+        async def op(conn: AsyncConnection[Any], retrying: bool) -> Claim:
+            for _ in range(_CLAIM_ATTEMPTS):
+                cur = await conn.execute(self._q_claim, params)
+                row = await cur.fetchone()
+                if row is None:
+                    # The live row was committed by a concurrent claim after this statement's
+                    # snapshot was taken: ON CONFLICT saw it, the SELECT could not. Ask again.
+                    continue
+                if row[0]:
+                    await self._maybe_purge(conn)
+                    return Claim(claimed=True)
+                record = self._record(row[1:], key)
+                if retrying and record.owner == owner and record.status is Status.IN_PROGRESS:
+                    return Claim(claimed=True)  # our first attempt landed before the break
+                return Claim(claimed=False, existing=record)
+            raise StoreUnavailableError(
+                "PostgreSQL claim did not settle under contention; retry", key=key
+            )
+
+        return await self._run(op, key)
+
+    async def _maybe_purge(self, conn: AsyncConnection[Any]) -> None:
+        if not self.purge_every:
+            return
+        self._claims += 1
+        if self._claims % self.purge_every == 0:
+            await conn.execute(self._q_purge, (self.purge_limit,))
+
+    async def renew(self, scope: str, key: str, owner: str, lease: float) -> bool:
+        params = (lease, _b(scope), _b(key), owner)
+
+        async def op(conn: AsyncConnection[Any], _retrying: bool) -> bool:
+            cur = await conn.execute(self._q_renew, params)
+            return cur.rowcount == 1
+
+        return await self._run(op, key)
+
+    async def complete(
+        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+    ) -> bool:
+        params = (outcome, retention, _b(scope), _b(key), owner)
+        tx = self._tx_for(scope, key, owner)
+        if tx is not None:
+            # Inside execution(): through the tool's transaction, no retry (a broken
+            # connection means the transaction is lost anyway), errors propagate to the engine.
+            try:
+                cur = await tx.conn.execute(self._q_complete, params)
+            except psycopg.Error as exc:
+                raise StoreUnavailableError(
+                    f"PostgreSQL failed inside the transaction: {exc!r}", key=key
+                ) from exc
+            return cur.rowcount == 1
+
+        async def op(conn: AsyncConnection[Any], retrying: bool) -> bool:
+            query = self._q_complete_retry if retrying else self._q_complete
+            cur = await conn.execute(query, params)
+            return cur.rowcount == 1
+
+        return await self._run(op, key)
+
+    async def release(self, scope: str, key: str, owner: str) -> bool:
+        params = (_b(scope), _b(key), owner)
+        tx = self._tx_for(scope, key, owner)
+        if tx is not None:
+            try:
+                cur = await tx.conn.execute(self._q_release, params)
+            except psycopg.Error as exc:
+                raise StoreUnavailableError(
+                    f"PostgreSQL failed inside the transaction: {exc!r}", key=key
+                ) from exc
+            return cur.rowcount == 1
+
+        async def op(conn: AsyncConnection[Any], _retrying: bool) -> bool:
+            cur = await conn.execute(self._q_release, params)
+            return cur.rowcount == 1
+
+        return await self._run(op, key)
+
+    async def get(self, scope: str, key: str) -> Record | None:
+        params = (_b(scope), _b(key))
+
+        async def op(conn: AsyncConnection[Any], _retrying: bool) -> Record | None:
+            cur = await conn.execute(self._q_get, params)
+            row = await cur.fetchone()
+            return None if row is None else self._record(row, key)
+
+        return await self._run(op, key)
+
+    @asynccontextmanager
+    async def execution(self, scope: str, key: str, owner: str) -> AsyncIterator[None]:
+        """Run the block (the tool and its `complete`) in one transaction; commit on exit.
+
+        The tool reaches the transaction through `current_connection()`. A failed commit
+        raises (the engine then answers with an error and releases the claim). The connection
+        is held for the whole block: size the pool for your concurrent transactional calls.
+        """
+        await self._ensure_open()
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                token = _current.set(_Tx(self, scope, key, owner, conn))
+                try:
+                    yield
+                finally:
+                    _current.reset(token)
+        except PoolTimeout as exc:
+            raise StoreUnavailableError(
+                f"PostgreSQL is unavailable (no connection within {self._pool.timeout} s)",
+                key=key,
+            ) from exc
+        except psycopg.Error as exc:
+            # Most often the COMMIT itself failed: nothing the tool wrote was kept.
+            raise StoreUnavailableError(
+                f"the PostgreSQL transaction failed: {exc!r}", key=key
+            ) from exc
+
+    async def aclose(self) -> None:
+        """Close the pool if this store created it (`from_url`); idempotent."""
+        self._closed = True
+        if self._owns_pool and self._opened:
+            self._opened = False
+            await self._pool.close()
+
+
+def _is_connection_failure(exc: psycopg.OperationalError) -> bool:
+    """True for errors that mean "this connection is dead", not "the statement failed"."""
+    if isinstance(exc, psycopg.errors.AdminShutdown | psycopg.errors.CannotConnectNow):
+        return True
+    return exc.sqlstate is None or exc.sqlstate.startswith("08") or exc.sqlstate == "57P01"
+
+
+def _corrupt(key: str, why: str) -> RecordCorruptError:
+    return RecordCorruptError(
+        f"the idempotency record for this key in PostgreSQL cannot be read ({why}); the call "
+        "was not run",
+        key=key,
+    )
+
+
+def _queries(table: str) -> dict[str, str]:
+    """Every statement, rendered once (identifiers quoted by psycopg, values as parameters)."""
+    t = _table_ident(table)
+    now = sql.SQL("statement_timestamp()")
+    live = sql.SQL("expires_at > statement_timestamp()")
+    texts = {
+        # One statement: take the key if it is free or expired, else read the live record.
+        "claim": sql.SQL(
+            """WITH ins AS (
+    INSERT INTO {t} AS r (scope, key, status, fingerprint, owner, outcome, expires_at)
+    VALUES (%(s)s, %(k)s, 'p', %(f)s, %(o)s, NULL,
+            {now} + make_interval(secs => %(lease)s))
+    ON CONFLICT (scope, key) DO UPDATE
+        SET status = 'p', fingerprint = EXCLUDED.fingerprint, owner = EXCLUDED.owner,
+            outcome = NULL, expires_at = EXCLUDED.expires_at
+        WHERE r.expires_at <= {now}
+    RETURNING 1
+)
+SELECT true, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::float8 FROM ins
+UNION ALL
+SELECT false, status, fingerprint, owner, outcome,
+       extract(epoch FROM expires_at - {now})::float8
+FROM {t}
+WHERE scope = %(s)s AND key = %(k)s AND {live} AND NOT EXISTS (SELECT 1 FROM ins)"""
+        ),
+        "renew": sql.SQL(
+            """UPDATE {t} SET expires_at = {now} + make_interval(secs => %s)
+WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {live}"""
+        ),
+        "complete": sql.SQL(
+            """UPDATE {t} SET status = 'c', outcome = %s,
+    expires_at = {now} + make_interval(secs => %s)
+WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {live}"""
+        ),
+        # A resent complete: if our own first attempt already completed it, say so.
+        "complete_retry": sql.SQL(
+            """UPDATE {t} SET status = 'c', outcome = %s,
+    expires_at = {now} + make_interval(secs => %s)
+WHERE scope = %s AND key = %s AND owner = %s AND status IN ('p', 'c') AND {live}"""
+        ),
+        "release": sql.SQL(
+            """DELETE FROM {t}
+WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {live}"""
+        ),
+        "get": sql.SQL(
+            """SELECT status, fingerprint, owner, outcome,
+       extract(epoch FROM expires_at - {now})::float8
+FROM {t} WHERE scope = %s AND key = %s AND {live}"""
+        ),
+        "purge": sql.SQL(
+            """DELETE FROM {t} WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM {t} WHERE expires_at <= {now}
+    ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED))"""
+        ),
+    }
+    return {
+        name: query.format(t=t, now=now, live=live).as_string() for name, query in texts.items()
+    }

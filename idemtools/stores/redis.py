@@ -1,0 +1,339 @@
+"""RedisStore: records shared by every server instance through one Redis (or Valkey, or Cluster).
+
+Why it is built this way:
+
+* **One key per record, one Lua script per operation.** claim, renew, complete, release and get
+  each run as a single server-side script (EVALSHA via `register_script`) that touches exactly
+  one key. A script runs atomically on the server, so no other client can slip in between "is
+  the key free?" and "take it"; touching one key keeps every operation inside one hash slot, so
+  the same code works on Redis Cluster and Valkey. A first execution therefore costs exactly two
+  round trips (claim, complete) and a replay one (claim answers with the completed record).
+* **Redis expires records itself.** Every write sets PEXPIRE (lease while in progress, retention
+  once completed), so no sweeper is needed and `remaining` comes from PTTL, i.e. from the Redis
+  server's clock: instances never compare their own clocks.
+* **Records are hashes of plain fields** (`s` status, `f` fingerprint, `o` owner, `v` outcome
+  JSON bytes) — data, never pickle. A key that holds anything else, or a record without the
+  fields or the expiry this store always writes, is reported as `RecordCorruptError` rather than
+  overwritten or replayed.
+* **Key names are hashed**: `<prefix><sha256(scope, key)>`. Keys are client data of any
+  characters (NUL, lone surrogates, `:`); hashing gives a fixed-length, unambiguous name and keeps
+  client keys out of `MONITOR`/`KEYS` output. The prefix (default `idemtools:`) lets several
+  servers or applications share one Redis database without colliding.
+* **Fencing by owner token**: renew, complete and release act only when the record is still
+  in progress and still carries the caller's owner token, so a process whose lease ran out can
+  never touch a newer claim or a completed record.
+* **Failures fail closed.** Any connection error, timeout or server error becomes
+  `StoreUnavailableError` chained from the driver's exception (an out-of-memory refusal becomes
+  `StoreFullError`: Redis is full, and records are never dropped to make room). The client
+  reconnects on the next operation, so the store recovers by itself when Redis returns.
+* **One safe retry.** An operation that failed on a broken connection is sent once more on a
+  fresh one. The first attempt may or may not have run, so the retry is written to be
+  harmless either way: a claim or complete that finds our own owner token already in place
+  reports success (owner tokens are unique per call, so that record can only be ours).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from ..errors import RecordCorruptError, StoreFullError, StoreUnavailableError
+from .base import Claim, Record, Status
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from redis.asyncio.cluster import RedisCluster
+    from redis.commands.core import AsyncScript
+
+__all__ = ["RedisStore"]
+
+T = TypeVar("T")
+
+_IN_PROGRESS = b"p"
+_COMPLETED = b"c"
+
+# Every script: KEYS[1] is the record. Fields: s status ('p'|'c'), f fingerprint, o owner,
+# v outcome. A WRONGTYPE answer (a non-hash planted under our name) comes back as status -1 so
+# the caller can report corruption instead of an outage.
+
+_CLAIM = """
+local r = redis.pcall('HMGET', KEYS[1], 's', 'f', 'o', 'v')
+if type(r) == 'table' and r.err then return {-1} end
+if r[1] or r[2] or r[3] or r[4] then
+  return {0, r[1] or false, r[2] or false, r[3] or false, r[4] or false,
+          redis.call('PTTL', KEYS[1])}
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
+redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[1], 'o', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {1}
+"""
+
+_RENEW = """
+local r = redis.pcall('HMGET', KEYS[1], 's', 'o')
+if type(r) == 'table' and r.err then return 0 end
+if r[1] ~= 'p' or r[2] ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+# ARGV[4] == '1' on a retry: our own earlier complete may already have landed.
+_COMPLETE = """
+local r = redis.pcall('HMGET', KEYS[1], 's', 'o')
+if type(r) == 'table' and r.err then return 0 end
+if r[2] ~= ARGV[1] then return 0 end
+if r[1] == 'c' and ARGV[4] == '1' then return 1 end
+if r[1] ~= 'p' then return 0 end
+redis.call('HSET', KEYS[1], 's', 'c', 'v', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+_RELEASE = """
+local r = redis.pcall('HMGET', KEYS[1], 's', 'o')
+if type(r) == 'table' and r.err then return 0 end
+if r[1] ~= 'p' or r[2] ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
+_GET = """
+local r = redis.pcall('HMGET', KEYS[1], 's', 'f', 'o', 'v')
+if type(r) == 'table' and r.err then return {-1} end
+if r[1] or r[2] or r[3] or r[4] then
+  return {0, r[1] or false, r[2] or false, r[3] or false, r[4] or false,
+          redis.call('PTTL', KEYS[1])}
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {-1} end
+return {1}
+"""
+
+_CONNECTION_ERRORS = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    ConnectionError,
+    TimeoutError,
+    OSError,
+)
+
+
+def _ms(seconds: float) -> int:
+    """Seconds → whole milliseconds for PEXPIRE, never 0 (PEXPIRE 0 deletes the key)."""
+    return max(1, round(seconds * 1000))
+
+
+def _b(value: object) -> bytes | None:
+    """Normalise a script reply field: bytes as is, str (decode_responses clients) re-encoded."""
+    if value is None or value is False:
+        return None
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    raise TypeError(f"unexpected reply field {value!r}")
+
+
+class RedisStore:
+    """Idempotency records in Redis, shared by all server instances that use the same prefix.
+
+    Args:
+        client: a `redis.asyncio.Redis` (or `RedisCluster`) client. A client passed in stays
+            the caller's: `aclose()` does not close it. Prefer `RedisStore.from_url`.
+        prefix: prepended to every key name; give each application its own prefix when
+            several share one Redis database.
+
+    Build one with `RedisStore.from_url("redis://host:6379/0")`; records survive server
+    restarts of idemtools (and of Redis when it persists, i.e. with AOF or RDB).
+    """
+
+    kind = "redis"
+
+    def __init__(
+        self,
+        client: Redis | RedisCluster,
+        *,
+        prefix: str = "idemtools:",
+        _owns_client: bool = False,
+    ) -> None:
+        self._client = client
+        self.prefix = prefix
+        self._prefix_bytes = prefix.encode("utf-8", "surrogatepass")
+        self._owns_client = _owns_client
+        self._claim: AsyncScript = client.register_script(_CLAIM)
+        self._renew: AsyncScript = client.register_script(_RENEW)
+        self._complete: AsyncScript = client.register_script(_COMPLETE)
+        self._release: AsyncScript = client.register_script(_RELEASE)
+        self._get: AsyncScript = client.register_script(_GET)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        prefix: str = "idemtools:",
+        connect_timeout: float = 2.0,
+        timeout: float = 5.0,
+        max_connections: int | None = None,
+        **client_kwargs: Any,
+    ) -> RedisStore:
+        """Connect lazily to `url` (`redis://`, `rediss://`, `unix://`); closed by `aclose()`.
+
+        Timeouts are short by default because a keyed call waits on the store before its tool
+        runs: better to answer `idempotency_store_unavailable` in seconds than to hang. The
+        client's own retries are turned off; the store retries once itself, safely (see the
+        module docstring).
+        """
+        kwargs: dict[str, Any] = {
+            "socket_connect_timeout": connect_timeout,
+            "socket_timeout": timeout,
+            "retry": Retry(NoBackoff(), 0),
+            "health_check_interval": 30,
+        }
+        if max_connections is not None:
+            kwargs["max_connections"] = max_connections
+        kwargs.update(client_kwargs)
+        client = Redis.from_url(url, **kwargs)
+        return cls(client, prefix=prefix, _owns_client=True)
+
+    @property
+    def client(self) -> Redis | RedisCluster:
+        """The underlying client (for operators' own inspection; do not write our keys)."""
+        return self._client
+
+    def key_name(self, scope: str, key: str) -> bytes:
+        """The Redis key of a record: prefix + SHA-256 of the length-prefixed scope and key."""
+        s = scope.encode("utf-8", "surrogatepass")
+        k = key.encode("utf-8", "surrogatepass")
+        digest = hashlib.sha256(b"%d:" % len(s) + s + k).hexdigest()
+        return self._prefix_bytes + digest.encode("ascii")
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    async def _call(self, op: Callable[[bool], Awaitable[T]], key: str) -> T:
+        """Run `op(retrying)`; retry once on a broken connection; map failures to our errors."""
+        try:
+            try:
+                return await op(False)
+            except _CONNECTION_ERRORS:
+                # The pool dropped the broken connection; a fresh one is tried once. A server
+                # that is really gone fails again at once (connection refused) or after
+                # `connect_timeout`.
+                return await op(True)
+        except redis_errors.ResponseError as exc:
+            if str(exc).startswith("OOM"):
+                raise StoreFullError(
+                    "Redis is out of memory (maxmemory reached); new keyed calls are refused "
+                    "until records expire",
+                    key=key,
+                ) from exc
+            raise StoreUnavailableError(f"Redis refused the operation: {exc}", key=key) from exc
+        except (redis_errors.RedisError, *_CONNECTION_ERRORS) as exc:
+            raise StoreUnavailableError(f"Redis is unavailable: {exc!r}", key=key) from exc
+
+    @staticmethod
+    def _record(reply: list[Any], key: str) -> Record:
+        status_raw, fp, owner, outcome = (_b(x) for x in reply[1:5])
+        pttl = reply[5]
+        if status_raw == _IN_PROGRESS:
+            status = Status.IN_PROGRESS
+        elif status_raw == _COMPLETED:
+            status = Status.COMPLETED
+        else:
+            raise _corrupt(key, f"unknown status {status_raw!r}")
+        if fp is None or owner is None:
+            raise _corrupt(key, "fingerprint or owner missing")
+        if status is Status.COMPLETED and outcome is None:
+            raise _corrupt(key, "completed without an outcome")
+        if not isinstance(pttl, int) or pttl < 0:
+            # Every record we write has an expiry; one without would never go away.
+            raise _corrupt(key, "record has no expiry")
+        try:
+            fingerprint, owner_s = fp.decode("ascii"), owner.decode("ascii")
+        except UnicodeDecodeError:
+            raise _corrupt(key, "fingerprint or owner is not text") from None
+        return Record(
+            status=status,
+            fingerprint=fingerprint,
+            owner=owner_s,
+            remaining=pttl / 1000.0,
+            outcome=outcome,
+        )
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    async def claim(
+        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
+    ) -> Claim:
+        name = self.key_name(scope, key)
+
+        async def op(retrying: bool) -> Claim:
+            reply = await self._claim(keys=[name], args=[fingerprint, owner, _ms(lease)])
+            if reply[0] == 1:
+                return Claim(claimed=True)
+            if reply[0] == -1:
+                raise _corrupt(key, "the key holds something other than an idemtools record")
+            record = self._record(reply, key)
+            if retrying and record.owner == owner and record.status is Status.IN_PROGRESS:
+                return Claim(claimed=True)  # our first attempt landed before the connection broke
+            return Claim(claimed=False, existing=record)
+
+        return await self._call(op, key)
+
+    async def renew(self, scope: str, key: str, owner: str, lease: float) -> bool:
+        name = self.key_name(scope, key)
+
+        async def op(_retrying: bool) -> bool:
+            return bool(await self._renew(keys=[name], args=[owner, _ms(lease)]))
+
+        return await self._call(op, key)
+
+    async def complete(
+        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+    ) -> bool:
+        name = self.key_name(scope, key)
+
+        async def op(retrying: bool) -> bool:
+            args: list[bytes | str | int] = [owner, outcome, _ms(retention), int(retrying)]
+            return bool(await self._complete(keys=[name], args=args))
+
+        return await self._call(op, key)
+
+    async def release(self, scope: str, key: str, owner: str) -> bool:
+        name = self.key_name(scope, key)
+
+        async def op(_retrying: bool) -> bool:
+            return bool(await self._release(keys=[name], args=[owner]))
+
+        return await self._call(op, key)
+
+    async def get(self, scope: str, key: str) -> Record | None:
+        name = self.key_name(scope, key)
+
+        async def op(_retrying: bool) -> Record | None:
+            reply = await self._get(keys=[name], args=[])
+            if reply[0] == 1:
+                return None
+            if reply[0] == -1:
+                raise _corrupt(key, "the key holds something other than an idemtools record")
+            return self._record(reply, key)
+
+        return await self._call(op, key)
+
+    async def aclose(self) -> None:
+        """Close the client if this store created it (`from_url`); a passed-in one stays open."""
+        if self._owns_client:
+            await self._client.aclose()
+
+
+def _corrupt(key: str, why: str) -> RecordCorruptError:
+    return RecordCorruptError(
+        f"the idempotency record for this key in Redis cannot be read ({why}); the call was "
+        "not run",
+        key=key,
+    )
