@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -204,3 +205,39 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
 
     kind = "mcp1.fastmcp" if tool_manager is not None else "mcp1.lowlevel"
     return Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+
+
+# -- client side -------------------------------------------------------------------------------
+
+REQUEST_TIMEOUT_CODES = frozenset({408, -32001})
+CONNECTION_CLOSED_CODES = frozenset({types.CONNECTION_CLOSED})
+
+
+async def send_call(
+    session: Any, name: str, arguments: dict[str, Any] | None, key: str, read_timeout: float | None
+) -> types.CallToolResult:
+    """Send one keyed `tools/call`; `ClientSession.call_tool` cannot carry extra params."""
+    declare_key_field()
+    params = types.CallToolRequestParams.model_validate(
+        {"name": name, "arguments": arguments, _fields.WIRE_NAME: key}
+    )
+    request = types.ClientRequest(types.CallToolRequest(method="tools/call", params=params))
+    wait = timedelta(seconds=read_timeout) if read_timeout is not None else None
+    result: types.CallToolResult = await session.send_request(
+        request, types.CallToolResult, request_read_timeout_seconds=wait
+    )
+    return result
+
+
+def advertises(session: Any) -> bool:
+    """Whether the connected server declared `capabilities.tools.idempotency`."""
+    caps = session.get_server_capabilities()
+    tools = caps.tools if caps is not None else None
+    return tools is not None and (tools.model_extra or {}).get("idempotency") is not None
+
+
+def rpc_error(exc: BaseException) -> tuple[int, str, object] | None:
+    """(code, message, data) of a JSON-RPC error the client raised, else None."""
+    if isinstance(exc, McpError):
+        return exc.error.code, exc.error.message, exc.error.data
+    return None

@@ -225,3 +225,63 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
 
     kind = "mcp2.mcpserver" if tool_manager is not None else "mcp2.lowlevel"
     return Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+
+
+# -- client side -------------------------------------------------------------------------------
+
+REQUEST_TIMEOUT_CODES = frozenset({408, types.REQUEST_TIMEOUT})
+CONNECTION_CLOSED_CODES = frozenset({types.CONNECTION_CLOSED})
+
+
+def declare_capability_field() -> None:
+    """Let a 2.x client read `capabilities.tools.idempotency` (the typed model drops it)."""
+    fields = types.ToolsCapability.__pydantic_fields__
+    if "idempotency" in fields:
+        return
+    from pydantic import Field
+    from pydantic.fields import FieldInfo
+
+    fields["idempotency"] = FieldInfo.from_annotated_attribute(
+        dict[str, Any] | None,  # type: ignore[arg-type]
+        Field(default=None),
+    )
+    types.ToolsCapability.__annotations__["idempotency"] = dict[str, Any] | None
+    for model in (
+        types.ToolsCapability,
+        types.ServerCapabilities,
+        types.InitializeResult,
+        types.DiscoverResult,
+    ):
+        model.model_rebuild(force=True)
+    types.server_result_adapter.rebuild(force=True)
+
+
+async def send_call(
+    session: Any, name: str, arguments: dict[str, Any] | None, key: str, read_timeout: float | None
+) -> types.CallToolResult:
+    """Send one keyed `tools/call`; `call_tool` cannot carry extra params."""
+    declare_key_field()
+    session = getattr(session, "session", session)  # a `Client` holds its ClientSession
+    params = types.CallToolRequestParams.model_validate(
+        {"name": name, "arguments": arguments, _fields.WIRE_NAME: key}, by_name=False
+    )
+    result: types.CallToolResult = await session.send_request(
+        types.CallToolRequest(params=params),
+        types.CallToolResult,
+        request_read_timeout_seconds=read_timeout,
+    )
+    return result
+
+
+def advertises(session: Any) -> bool:
+    """Whether the connected server declared `capabilities.tools.idempotency`."""
+    caps = getattr(session, "server_capabilities", None)
+    tools = getattr(caps, "tools", None)
+    return getattr(tools, "idempotency", None) is not None
+
+
+def rpc_error(exc: BaseException) -> tuple[int, str, object] | None:
+    """(code, message, data) of a JSON-RPC error the client raised, else None."""
+    if isinstance(exc, MCPError):
+        return exc.error.code, exc.error.message, exc.error.data
+    return None

@@ -26,6 +26,7 @@ __all__ = [
     "SQLiteStore",
     "Status",
     "Store",
+    "from_url",
 ]
 
 
@@ -40,3 +41,31 @@ def __getattr__(name: str) -> Any:
 
         return PostgresStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def from_url(url: str, **options: Any) -> Store:
+    """Build a store from a URL, so operators choose it in configuration, not code.
+
+    `memory://` (the default embedded store), `sqlite:///path/to/file.db`,
+    `redis://host:port/db` (also `rediss://`), `postgresql://user@host/db` (its schema must
+    exist: see `PostgresStore.create_schema`). Keyword options go to the store's constructor.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError(f"not a store URL: {url!r} (expected e.g. memory://, sqlite:///x.db)")
+    scheme = scheme.lower()
+    if scheme == "memory":
+        return MemoryStore(**options)
+    if scheme == "sqlite":
+        if not rest:
+            raise ValueError("sqlite:// needs a path, e.g. sqlite:///var/lib/app/idem.db")
+        return SQLiteStore(rest, **options)
+    if scheme in ("redis", "rediss", "unix"):
+        from .redis import RedisStore
+
+        return RedisStore.from_url(url, **options)
+    if scheme in ("postgres", "postgresql"):
+        from .postgres import PostgresStore
+
+        return PostgresStore.from_url(url, **options)
+    raise ValueError(f"unknown store scheme {scheme!r} in {url!r}")

@@ -61,7 +61,8 @@ class MemoryStore:
 
     @staticmethod
     def _id(scope: str, key: str) -> str:
-        return f"{scope}\x1f{key}"
+        # Length-prefixed, so no (scope, key) pair can spell another pair's id.
+        return f"{len(scope)}:{scope}{key}"
 
     def _live(self, rid: str, now: float) -> _Entry | None:
         entry = self._cache.get(rid)

@@ -1,0 +1,99 @@
+"""A small payments MCP server, written the way a tool author would, made safe to retry.
+
+    python examples/payments_server.py                      # stdio (what MCP hosts launch)
+    python examples/payments_server.py --http 8765          # streamable HTTP on 127.0.0.1
+    python examples/payments_server.py --http 8765 --stateless
+
+Store: the embedded MemoryStore unless IDEMTOOLS_STORE names another, e.g.
+`sqlite:///tmp/pay.db` or `redis://127.0.0.1:6379/0` (several instances must share one).
+
+It runs on whichever mcp line is installed: `MCPServer` on 2.x, `FastMCP` on 1.x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+import anyio
+
+from idemtools import idempotent, install, shared
+from idemtools.stores import from_url
+
+try:  # mcp 2.x
+    from mcp.server.mcpserver import MCPServer as Server
+except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,assignment]
+
+server = Server("payments")
+
+# The side effects a retry must not repeat. A real server would call a payment provider.
+LEDGER: list[dict[str, Any]] = []
+
+
+@server.tool()
+@idempotent(retention=timedelta(hours=24), lease=timedelta(seconds=30))
+async def charge(amount: int, currency: str = "usd") -> str:
+    """Charge a card. Not naturally idempotent: each execution moves money."""
+    if amount <= 0:
+        raise ValueError(f"amount must be positive, got {amount}")
+    LEDGER.append({"amount": amount, "currency": currency, "at": time.time()})
+    return f"charged {amount} {currency} (charge #{len(LEDGER)})"
+
+
+@server.tool()
+@idempotent(retention=timedelta(hours=1), lease=timedelta(seconds=10))
+async def slow_transfer(amount: int, seconds: float = 1.0) -> str:
+    """A transfer that takes a while, so a duplicate can arrive while it still runs."""
+    await anyio.sleep(seconds)
+    LEDGER.append({"amount": amount, "currency": "usd", "at": time.time()})
+    return f"transferred {amount} (entry #{len(LEDGER)})"
+
+
+@server.tool()
+@idempotent(retention=timedelta(minutes=10), scope=shared)
+async def announce(message: str) -> str:
+    """Post to a shared channel: one namespace for every caller (explicit opt-in)."""
+    return f"announced: {message}"
+
+
+@server.tool()
+async def ledger() -> dict[str, Any]:
+    """Read-only: how many charges ran. No @idempotent: keyed calls get the server default."""
+    return {"charges": len(LEDGER), "total": sum(entry["amount"] for entry in LEDGER)}
+
+
+installation = install(server, store=from_url(os.environ.get("IDEMTOOLS_STORE", "memory://")))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP")
+    parser.add_argument("--stateless", action="store_true", help="stateless HTTP")
+    args = parser.parse_args(argv)
+    if args.http is None:
+        server.run()
+        return
+    print(f"payments server on http://127.0.0.1:{args.http}/mcp", file=sys.stderr)
+    if hasattr(server, "settings"):  # mcp 1.x FastMCP: transport options live in settings
+        server.settings.host = "127.0.0.1"
+        server.settings.port = args.http
+        server.settings.stateless_http = args.stateless
+        server.settings.json_response = args.stateless
+        server.run(transport="streamable-http")
+    else:
+        server.run(  # type: ignore[call-overload]
+            transport="streamable-http",
+            host="127.0.0.1",
+            port=args.http,
+            stateless_http=args.stateless,
+            json_response=args.stateless,
+        )
+
+
+if __name__ == "__main__":
+    main()
