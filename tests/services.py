@@ -1,0 +1,276 @@
+"""Real Redis and PostgreSQL for the tests: where they are, and what to do when they are not.
+
+URLs come from `IDEMTOOLS_REDIS_URL` and `IDEMTOOLS_POSTGRES_URL` (defaults: the servers every
+development and CI machine runs on 127.0.0.1). When a server does not answer, its tests are
+skipped with a message naming the variable to set — unless `IDEMTOOLS_REQUIRE_SERVICES=1`
+(`.ci/run` sets it), where an unreachable server fails the run: CI must never go green by
+skipping the very tests that prove the shared stores.
+
+`TcpProxy` is a plain TCP relay in front of a real server. Stopping it is how the outage tests
+"take the server away" mid-run without stopping a server other people share; no Redis or
+PostgreSQL behaviour is simulated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import uuid
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+__all__ = [
+    "POSTGRES_ENV",
+    "REDIS_ENV",
+    "REQUIRE_ENV",
+    "RUN_ID",
+    "TcpProxy",
+    "need_postgres",
+    "need_redis",
+    "postgres_url",
+    "redis_url",
+    "with_port",
+]
+
+REDIS_ENV = "IDEMTOOLS_REDIS_URL"
+POSTGRES_ENV = "IDEMTOOLS_POSTGRES_URL"
+REQUIRE_ENV = "IDEMTOOLS_REQUIRE_SERVICES"
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+RUN_ID = uuid.uuid4().hex[:10]
+"""Unique per test process: key prefixes and table names carry it, so runs never collide."""
+
+
+def redis_url() -> str:
+    return os.environ.get(REDIS_ENV) or DEFAULT_REDIS_URL
+
+
+def postgres_url() -> str:
+    return os.environ.get(POSTGRES_ENV) or DEFAULT_POSTGRES_URL
+
+
+def services_required() -> bool:
+    return os.environ.get(REQUIRE_ENV, "") not in ("", "0", "false", "no")
+
+
+@functools.cache
+def _redis_problem(url: str) -> str | None:
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+    try:
+        client.ping()
+    except Exception as exc:
+        return repr(exc)
+    finally:
+        client.close()
+    return None
+
+
+@functools.cache
+def _postgres_problem(url: str) -> str | None:
+    import psycopg
+
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            conn.execute("SELECT 1")
+    except Exception as exc:
+        return repr(exc)
+    return None
+
+
+def _unreachable(what: str, env: str, url: str, problem: str) -> None:
+    message = f"{what} at {url} is unreachable ({problem}); set {env} to a reachable server"
+    if services_required():
+        pytest.fail(f"{message} ({REQUIRE_ENV}=1: services are required)", pytrace=False)
+    pytest.skip(message)
+
+
+def need_redis() -> str:
+    """The Redis URL to test against; skips (or fails, when required) if it does not answer."""
+    url = redis_url()
+    problem = _redis_problem(url)
+    if problem is not None:
+        _unreachable("Redis", REDIS_ENV, url, problem)
+    return url
+
+
+def need_postgres() -> str:
+    """The PostgreSQL URL to test against; skips (or fails, when required) if unreachable."""
+    url = postgres_url()
+    problem = _postgres_problem(url)
+    if problem is not None:
+        _unreachable("PostgreSQL", POSTGRES_ENV, url, problem)
+    return url
+
+
+def with_port(url: str, host: str, port: int) -> str:
+    """`url` with its host and port replaced (user, database and query kept)."""
+    parts = urlsplit(url)
+    netloc = f"{host}:{port}"
+    if parts.username:
+        auth = parts.username + (f":{parts.password}" if parts.password else "")
+        netloc = f"{auth}@{netloc}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def host_port(url: str, default_port: int) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or default_port
+
+
+class TcpProxy:
+    """A TCP relay on 127.0.0.1 to a real server; `stop()` cuts every connection, `start()`
+    listens again on the same port. Runs in the test's event loop."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+        await asyncio.sleep(0)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers.update((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers.discard(writer)
+        self._writers.discard(up_writer)
+
+
+@contextlib.asynccontextmanager
+async def proxy_to(url: str, default_port: int):  # type: ignore[no-untyped-def]
+    """A started `TcpProxy` in front of `url`'s server, stopped at the end."""
+    proxy = TcpProxy(*host_port(url, default_port))
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.stop()
+
+
+# -- stores and workers shared by test_redis.py and test_postgres.py ------------------------------
+# Module-level functions, so that `multiprocessing` "spawn" children can import and run them.
+
+SCOPE_VALUE = "shared"
+"""What `idemtools.scopes.shared` returns; the engine stores its SHA-256."""
+
+
+def scope_hash() -> str:
+    import hashlib
+
+    return hashlib.sha256(SCOPE_VALUE.encode()).hexdigest()
+
+
+def open_store(kind: str, url: str, name: str):  # type: ignore[no-untyped-def]
+    """A store of `kind` on its own key prefix (Redis) or table (PostgreSQL) called `name`."""
+    if kind == "redis":
+        from idemtools.stores.redis import RedisStore
+
+        return RedisStore.from_url(url, prefix=name)
+    from idemtools.stores.postgres import PostgresStore
+
+    return PostgresStore.from_url(url, table=name, min_size=1, max_size=4)
+
+
+def race_worker(kind: str, url: str, name: str, idx: int, keys: list[str], barrier, queue) -> None:  # type: ignore[no-untyped-def]
+    asyncio.run(_race(kind, url, name, idx, keys, barrier, queue))
+
+
+async def _race(kind: str, url: str, name: str, idx: int, keys: list[str], barrier, queue) -> None:  # type: ignore[no-untyped-def]
+    import random
+
+    store = open_store(kind, url, name)
+    try:
+        await store.get("race", "warm-up")  # connect before the barrier, not after it
+        owner = f"p{idx}"
+        barrier.wait(timeout=60)
+        one = await store.claim("race", "one", "fp", owner, 60)
+        order = list(keys)
+        random.Random(idx).shuffle(order)
+        barrier.wait(timeout=60)
+        executed = []
+        for key in order:
+            claim = await store.claim("race", key, "fp", owner, 60)
+            if claim.claimed:
+                executed.append(key)  # "the tool ran" here
+                done = await store.complete("race", key, owner, f'"{owner}:{key}"'.encode(), 120)
+                assert done, key
+        queue.put((idx, one.claimed, executed, None))
+    except BaseException as exc:  # report, do not hang the parent
+        queue.put((idx, False, [], repr(exc)))
+    finally:
+        await store.aclose()
+
+
+def crash_worker(  # type: ignore[no-untyped-def]
+    kind: str, url: str, name: str, key: str, lease: float, payments: str | None, ready
+) -> None:
+    """Run one keyed call through the Engine and hang in the middle of it, until SIGKILLed.
+
+    With `payments` (PostgreSQL), the tool is transactional and has already written its
+    side-effect row through `current_connection()` when it signals `ready`.
+    """
+    asyncio.run(_crash(kind, url, name, key, lease, payments, ready))
+
+
+async def _crash(kind, url, name, key, lease, payments, ready) -> None:  # type: ignore[no-untyped-def]
+    from idemtools.engine import Engine, ToolCall
+    from idemtools.outcome import Outcome
+    from idemtools.policy import Policy
+    from idemtools.scopes import shared
+
+    store = open_store(kind, url, name)
+    policy = Policy.of(lease=lease, retention=60, scope=shared, transactional=bool(payments))
+
+    async def run() -> Outcome:
+        if payments:
+            from psycopg import sql
+
+            from idemtools.stores.postgres import current_connection
+
+            await current_connection().execute(
+                sql.SQL("INSERT INTO {} (key, amount) VALUES (%s, %s)").format(
+                    sql.Identifier(payments)
+                ),
+                (key, 100),
+            )
+        ready.set()
+        await asyncio.sleep(3600)  # killed here: after the side effect, before the record
+        return Outcome(result={"content": [], "isError": False})
+
+    await Engine(store).handle(
+        ToolCall(name="pay", arguments={"amount": 100}, key=key, policy=policy), run
+    )
