@@ -1,0 +1,1 @@
+"""A small idempotent server for the documentation tests (golden files, CLI, mkdocs plugin)."""
