@@ -1,0 +1,306 @@
+"""The retention document generator: golden files, every policy field, determinism, errors.
+
+Golden files live in tests/golden/; after an intended change to the output, regenerate them
+with `IDEMTOOLS_UPDATE_GOLDEN=1 pytest tests/test_docs.py` and review the diff.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from idemtools import ErrorCodes, install
+from idemtools.docs import (
+    JSON_SCHEMA,
+    NotInstalledError,
+    ServerDoc,
+    ServerImportError,
+    SpecError,
+    StoreDoc,
+    ToolDoc,
+    describe,
+    format_duration,
+    load_server,
+    parse_spec,
+    render_json,
+    render_markdown,
+    render_page,
+)
+from idemtools.errors import ErrorCodes as _Codes
+
+FIXTURE = "tests.fixtures_docs.server:server"
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("IDEMTOOLS_UPDATE_GOLDEN") == "1":
+        path.write_text(text, encoding="utf-8", newline="\n")
+    assert path.exists(), f"{path} missing: run with IDEMTOOLS_UPDATE_GOLDEN=1 to create it"
+    assert text == path.read_text(encoding="utf-8"), f"{name} differs from the golden file"
+
+
+async def _fixture_doc() -> ServerDoc:
+    return await describe(load_server(FIXTURE), source=FIXTURE)
+
+
+async def test_markdown_matches_golden() -> None:
+    _check_golden("fixture_server.md", render_markdown(await _fixture_doc()))
+
+
+async def test_json_matches_golden() -> None:
+    # The adapter name differs per mcp line (mcp1.fastmcp / mcp2.mcpserver); all else must not.
+    doc = dataclasses.replace(await _fixture_doc(), adapter="<adapter>")
+    _check_golden("fixture_server.json", render_json(doc))
+
+
+async def test_adapter_is_reported() -> None:
+    assert (await _fixture_doc()).adapter in ("mcp1.fastmcp", "mcp2.mcpserver")
+
+
+async def test_every_policy_field_appears() -> None:
+    doc = await _fixture_doc()
+    text = render_markdown(doc)
+    rows = {
+        line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| `")
+    }
+    expected = {
+        # name: (retention words, seconds, lease, scope, transactional, policy source)
+        "charge": (
+            "7 days",
+            "604800",
+            "2 minutes (120 s)",
+            "per authenticated subject (issuer + subject, else client id)",
+            "requested, but this store has no transactions",
+            "own",
+        ),
+        "send_email": (
+            "1 hour 30 minutes",
+            "5400",
+            "30.5 seconds",
+            r"per session (transport session id), else per tenant (the X-Tenant \| header)",
+            "no",
+            "own",
+        ),
+        "ping": (
+            "36 hours",
+            "129600",
+            "45 seconds",
+            "the local user who started the server process",
+            "no",
+            "server default",
+        ),
+    }
+    for name, fields in expected.items():
+        row = rows[f"`{name}`"]
+        cells = [cell.strip() for cell in row.strip().strip("|").split(" | ")]
+        assert cells == [f"`{name}`", "yes", *fields], row
+    assert "retention 36 hours (129600 s), lease 45 seconds" in text  # the server default
+    assert "**in-process memory** (`memory`)" in text
+    assert "lost when the server restarts" in text and "Per process" in text
+    assert '"idempotencyKey": "5f0c6f0e-' in text and '"method": "tools/call"' in text
+    assert '_meta["io.github.idemtools/replayed"]' in text  # the fixture sets mark_replays
+
+
+async def test_json_carries_the_same_fields() -> None:
+    data = json.loads(render_json(await _fixture_doc()))
+    assert data["schema"] == JSON_SCHEMA
+    tools = {t["name"]: t for t in data["tools"]}
+    assert sorted(tools) == ["charge", "ping", "send_email"]
+    assert tools["charge"]["retention_seconds"] == 604800
+    assert tools["send_email"]["lease_seconds"] == 30.5
+    assert tools["ping"]["policy"] == "server default"
+    assert data["default"]["retention_seconds"] == 129600
+    assert data["store"]["kind"] == "memory"
+    assert data["max_key_length"] == 255 and data["mark_replays"] is True
+
+
+async def test_errors_cover_every_error_code() -> None:
+    doc = await _fixture_doc()
+    fields = [f.name for f in dataclasses.fields(_Codes)]
+    assert [e.type for e in doc.errors] == fields
+    for error in doc.errors:
+        assert error.meaning and error.action, f"{error.type} is undocumented in idemtools.docs"
+        assert error.code == ErrorCodes().code_for(error.type)
+    text = render_markdown(doc)
+    for error in doc.errors:
+        assert f"| `{error.type}` | {error.code} |" in text
+
+
+async def test_deterministic_across_runs_and_fresh_imports() -> None:
+    first = await _fixture_doc()
+    again = await describe(load_server(FIXTURE, fresh=True), source=FIXTURE)
+    assert render_markdown(first) == render_markdown(again)
+    assert render_json(first) == render_json(again)
+    assert render_markdown(first).encode() == render_markdown(first).encode()
+
+
+async def test_custom_codes_and_store_kind_are_read_from_the_installation() -> None:
+    server = _new_server("custom")
+    install(server, codes=ErrorCodes(idempotency_key_conflict=-32099), max_key_length=64)
+    doc = await describe(server)
+    assert {e.type: e.code for e in doc.errors}["idempotency_key_conflict"] == -32099
+    text = render_markdown(doc)
+    assert "| `idempotency_key_conflict` | -32099 |" in text
+    assert "1 to 64 characters" in text
+    assert "with no marker" in text
+    assert doc.server == "custom"
+
+
+async def test_sqlite_store_is_described(tmp_path: Path) -> None:
+    from idemtools.stores import SQLiteStore
+
+    server = _new_server("durable")
+    installation = install(server, store=SQLiteStore(tmp_path / "idem.db"))
+    try:
+        doc = await describe(server)
+    finally:
+        await installation.aclose()
+    assert doc.store.kind == "sqlite"
+    assert "survive restarts" in doc.store.restarts and "one host" in doc.store.instances
+
+
+def _new_server(name: str) -> Any:
+    try:
+        from mcp.server.mcpserver import MCPServer as Server
+    except ImportError:
+        from mcp.server.fastmcp import FastMCP as Server
+    server: Any = Server(name)
+
+    @server.tool()
+    def noop() -> str:
+        return "ok"
+
+    return server
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [
+        (1, "1 second"),
+        (45, "45 seconds"),
+        (30.5, "30.5 seconds"),
+        (0.25, "0.25 seconds"),
+        (60, "1 minute"),
+        (90, "1 minute 30 seconds"),
+        (3600, "1 hour"),
+        (5400, "1 hour 30 minutes"),
+        (86400, "24 hours"),
+        (129600, "36 hours"),
+        (172800, "2 days"),
+        (604800, "7 days"),
+        (90061, "25 hours 1 minute 1 second"),
+        (60.5, "1 minute 0.5 seconds"),
+    ],
+)
+def test_format_duration(seconds: float, words: str) -> None:
+    assert format_duration(seconds) == words
+
+
+def test_render_page_nests_several_servers() -> None:
+    default = ToolDoc("(default)", True, "server default", 1, "1 second", 1, "1 second", "s", "no")
+    doc = ServerDoc(
+        server="a",
+        source=None,
+        adapter="x",
+        store=StoreDoc("memory", "in-process memory", "lost", "per process"),
+        default=default,
+        tools=(),
+        errors=(),
+        max_key_length=255,
+        max_outcome_bytes=1,
+        mark_replays=False,
+    )
+    page = render_page([doc, dataclasses.replace(doc, server="b")], title="Retention")
+    assert page.startswith("# Retention\n")
+    assert "## Idempotency and retention: a" in page and "### Tools" in page
+    assert "## Idempotency and retention: b" in page
+    assert "*(no tools listed)*" in page
+    assert render_page([doc], title="T").startswith("# T\n")
+
+
+# -- loading errors -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", ["nocolon", "a:b:c", ":server", "mod:", "1mod:x", "a b:c", ""])
+def test_bad_spec(spec: str) -> None:
+    with pytest.raises(SpecError, match="module:attribute"):
+        parse_spec(spec)
+    with pytest.raises(SpecError):
+        load_server(spec)
+
+
+def test_dotted_attribute_is_accepted() -> None:
+    assert parse_spec("pkg.mod:obj.server") == ("pkg.mod", "obj.server")
+
+
+def test_missing_module() -> None:
+    with pytest.raises(ServerImportError, match="no module named 'no_such_module_xyz'"):
+        load_server("no_such_module_xyz.server:server")
+
+
+def test_import_error_inside_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "broken_server_mod.py").write_text("raise RuntimeError('database down')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ServerImportError, match="RuntimeError: database down"):
+        load_server("broken_server_mod:server", fresh=True)
+    assert "broken_server_mod" not in sys.modules
+
+
+def test_missing_dependency_of_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "needs_dep_mod.py").write_text("import not_installed_dep_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ServerImportError, match="needs 'not_installed_dep_xyz'"):
+        load_server("needs_dep_mod:server")
+
+
+def test_module_that_exits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "exiting_mod.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ServerImportError, match="exited while being imported"):
+        load_server("exiting_mod:server")
+
+
+def test_missing_attribute() -> None:
+    with pytest.raises(ServerImportError, match="has no attribute 'nope'"):
+        load_server("tests.fixtures_docs.server:nope")
+
+
+def test_server_without_idemtools() -> None:
+    with pytest.raises(NotInstalledError, match="does not have idemtools installed"):
+        load_server("tests.fixtures_docs.server:plain")
+
+
+async def test_describe_refuses_a_server_without_idemtools() -> None:
+    with pytest.raises(NotInstalledError, match=r"idemtools\.install"):
+        await describe(object())
+
+
+async def test_fresh_import_sees_edits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = tmp_path / "edited_server_mod.py"
+    source = textwrap.dedent(
+        """
+        from idemtools import Policy, install
+        from tests.test_docs import _new_server
+
+        server = _new_server("edited")
+        install(server, default_policy=Policy.of(retention=RETENTION))
+        """
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module.write_text("RETENTION = 60\n" + source)
+    first = await describe(load_server("edited_server_mod:server", fresh=True))
+    # Same size, same second: a .pyc keyed on (mtime, size) would hide this edit.
+    module.write_text("RETENTION = 90\n" + source)
+    second = await describe(load_server("edited_server_mod:server", fresh=True))
+    assert (first.default.retention, second.default.retention) == (
+        "1 minute",
+        "1 minute 30 seconds",
+    )
