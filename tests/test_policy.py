@@ -1,0 +1,382 @@
+"""`@idempotent`, `Policy`, `policy_of` and `Registry`."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import inspect
+import math
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Annotated, Any
+
+import pytest
+from pydantic import Field
+
+from idemtools import (
+    DEFAULT_POLICY,
+    CallContext,
+    Policy,
+    Registry,
+    Scope,
+    by_auth_subject,
+    default_registry,
+    idempotent,
+    policy_of,
+    shared,
+)
+
+
+@pytest.fixture(autouse=True)
+def _restore_default_registry() -> Iterator[None]:
+    """Bare `@idempotent` registers in the process-wide registry; leave it as we found it."""
+    saved = dict(default_registry._policies)
+    yield
+    default_registry._policies.clear()
+    default_registry._policies.update(saved)
+
+
+# --------------------------------------------------------------------------------------------
+# the decorator returns the function itself
+# --------------------------------------------------------------------------------------------
+
+
+def test_bare_on_sync_returns_the_same_function() -> None:
+    def charge_sync_bare(amount: int) -> str:
+        return f"charged {amount}"
+
+    original_signature = inspect.signature(charge_sync_bare)
+    decorated = idempotent(charge_sync_bare)
+    assert decorated is charge_sync_bare
+    assert decorated(3) == "charged 3"
+    assert inspect.signature(decorated) == original_signature
+    assert "charge_sync_bare" in default_registry
+    policy = default_registry.get("charge_sync_bare")
+    assert policy is not None
+    assert policy_of(charge_sync_bare) == policy
+    assert policy == DEFAULT_POLICY.with_name("charge_sync_bare")
+
+
+async def test_bare_on_async_returns_the_same_coroutine_function() -> None:
+    @idempotent
+    async def charge_async_bare(amount: int) -> str:
+        return f"charged {amount}"
+
+    assert inspect.iscoroutinefunction(charge_async_bare)
+    assert await charge_async_bare(4) == "charged 4"
+    assert charge_async_bare.__name__ == "charge_async_bare"
+    assert "charge_async_bare" in default_registry
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_with_options_returns_the_same_function(is_async: bool) -> None:
+    registry = Registry()
+
+    def plain(x: int) -> int:
+        return x
+
+    async def coro(x: int) -> int:
+        return x
+
+    fn: Callable[..., Any] = coro if is_async else plain
+    decorated = idempotent(
+        retention=timedelta(hours=2), lease=timedelta(seconds=5), scope=shared, registry=registry
+    )(fn)
+    assert decorated is fn
+    assert inspect.iscoroutinefunction(decorated) is is_async
+    policy = registry.get(fn.__name__)
+    assert policy == Policy(retention=7200.0, lease=5.0, scope=shared, name=fn.__name__)
+    assert policy_of(fn) == policy
+    assert fn.__name__ not in default_registry  # only in the registry it was given
+
+
+def test_name_option_registers_under_that_name() -> None:
+    registry = Registry()
+
+    @idempotent(name="payments.charge", registry=registry)
+    def charge_v2(amount: int) -> None:
+        return None
+
+    assert list(registry) == ["payments.charge"]
+    assert "charge_v2" not in registry
+    policy = policy_of(charge_v2)
+    assert policy is not None and policy.name == "payments.charge"
+    assert registry.get("payments.charge") == policy
+
+
+def test_options_use_the_default_registry_when_none_given() -> None:
+    @idempotent(retention=60)
+    def opt_default_registry() -> None:
+        return None
+
+    policy = default_registry.get("opt_default_registry")
+    assert policy is not None and policy.retention == 60.0
+
+
+def test_seconds_and_timedeltas_are_equivalent() -> None:
+    assert Policy.of(retention=90, lease=1.5) == Policy.of(
+        retention=timedelta(seconds=90), lease=timedelta(milliseconds=1500)
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"retention": 0},
+        {"retention": -1},
+        {"retention": timedelta(0)},
+        {"retention": timedelta(seconds=-5)},
+        {"retention": math.nan},
+        {"lease": 0},
+        {"lease": -0.5},
+        {"lease": timedelta(0)},
+        {"lease": math.nan},
+    ],
+)
+def test_non_positive_durations_are_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        Policy.of(**bad)
+    with pytest.raises(ValueError):
+        idempotent(registry=Registry(), **bad)
+
+
+def test_refused_options_register_nothing() -> None:
+    registry = Registry()
+    with pytest.raises(ValueError):
+
+        @idempotent(lease=0, registry=registry)
+        def never_registered() -> None:
+            return None
+
+    assert len(registry) == 0
+
+
+def test_non_callable_positional_argument_refused() -> None:
+    with pytest.raises(TypeError):
+        idempotent(42)
+
+
+def test_callable_without_name_needs_name() -> None:
+    registry = Registry()
+    partial = functools.partial(lambda a, b: a + b, 1)
+    with pytest.raises(TypeError):
+        idempotent(registry=registry)(partial)
+    assert idempotent(name="adder", registry=registry)(partial) is partial
+    assert "adder" in registry
+
+
+def test_plain_function_scopes_are_wrapped() -> None:
+    def by_tenant(ctx: CallContext) -> str:
+        return "tenant"
+
+    policy = Policy.of(scope=by_tenant)
+    assert isinstance(policy.scope, Scope)
+    assert policy.scope(CallContext()) == "tenant"
+    assert Policy.of(scope=shared).scope is shared
+    assert Policy.of().scope is by_auth_subject
+
+
+def test_defaults() -> None:
+    assert DEFAULT_POLICY.retention == 24 * 3600
+    assert DEFAULT_POLICY.lease > 0
+    assert DEFAULT_POLICY.scope is by_auth_subject
+    assert DEFAULT_POLICY.transactional is False
+
+
+# --------------------------------------------------------------------------------------------
+# policy_of
+# --------------------------------------------------------------------------------------------
+
+
+def test_policy_of_follows_wrapped() -> None:
+    registry = Registry()
+
+    @idempotent(name="inner", registry=registry)
+    def inner() -> int:
+        return 1
+
+    @functools.wraps(inner)
+    def outer() -> int:
+        return inner()
+
+    @functools.wraps(outer)
+    def outermost() -> int:
+        return outer()
+
+    assert policy_of(outermost) == registry.get("inner")
+
+
+@pytest.mark.parametrize("thing", [None, 42, "name", print, lambda: None])
+def test_policy_of_undecorated_is_none(thing: object) -> None:
+    assert policy_of(thing) is None
+
+
+def test_policy_of_ignores_a_foreign_attribute() -> None:
+    def f() -> None:
+        return None
+
+    f.__idemtools_policy__ = "not a policy"  # type: ignore[attr-defined]
+    assert policy_of(f) is None
+
+
+def test_policy_of_survives_a_wrapped_cycle() -> None:
+    def a() -> None:
+        return None
+
+    def b() -> None:
+        return None
+
+    a.__wrapped__ = b  # type: ignore[attr-defined]
+    b.__wrapped__ = a  # type: ignore[attr-defined]
+    assert policy_of(a) is None
+
+
+# --------------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------------
+
+
+def test_registry_semantics() -> None:
+    registry = Registry()
+    assert len(registry) == 0
+    assert registry.get("t") is None
+    assert "t" not in registry
+    first = Policy.of(retention=10)
+    registry.register("t", first)
+    registry.register("a", Policy.of(retention=20))
+    assert "t" in registry
+    assert 5 not in registry
+    assert len(registry) == 2
+    assert list(registry) == ["a", "t"]  # sorted
+    got = registry.get("t")
+    assert got is not None and got.name == "t" and got.retention == 10.0
+    assert first.name is None  # the registered copy is named; the given policy is untouched
+    # later registrations of a name replace earlier ones
+    registry.register("t", Policy.of(retention=30))
+    got = registry.get("t")
+    assert got is not None and got.retention == 30.0
+    assert len(registry) == 2
+    assert [name for name, _ in registry.items()] == ["a", "t"]
+    assert all(policy.name == name for name, policy in registry.items())
+
+
+def test_registries_are_independent() -> None:
+    a, b = Registry(), Registry()
+
+    @idempotent(registry=a)
+    def only_in_a() -> None:
+        return None
+
+    assert "only_in_a" in a
+    assert "only_in_a" not in b
+    assert "only_in_a" not in default_registry
+
+
+def test_registry_is_thread_safe() -> None:
+    registry = Registry()
+
+    def worker(n: int) -> None:
+        for i in range(200):
+            registry.register(f"t{n}-{i}", Policy())
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(registry) == 8 * 200
+
+
+def test_redecorating_replaces_the_policy() -> None:
+    registry = Registry()
+
+    def tool() -> None:
+        return None
+
+    idempotent(retention=10, registry=registry)(tool)
+    idempotent(retention=20, registry=registry)(tool)
+    policy = policy_of(tool)
+    assert policy is not None and policy.retention == 20.0
+    assert registry.get("tool") == policy
+
+
+# --------------------------------------------------------------------------------------------
+# stacking with the SDK's @tool(): the input schema is the same in either order
+# --------------------------------------------------------------------------------------------
+
+
+def _server() -> Any:
+    if importlib.util.find_spec("mcp_types") is not None:  # mcp 2.x
+        from mcp.server.mcpserver import MCPServer
+
+        return MCPServer("schema-test")
+    from mcp.server.fastmcp import FastMCP  # mcp 1.x
+
+    return FastMCP("schema-test")
+
+
+def _tool_info(server: Any, name: str) -> tuple[Any, Any]:
+    tool = server._tool_manager.get_tool(name)
+    assert tool is not None, f"{name} was not registered"
+    return tool.parameters, tool.description
+
+
+def _sync_variants() -> list[Callable[..., Any]]:
+    def make() -> Callable[..., Any]:
+        def transfer(
+            amount: Annotated[int, Field(ge=1, description="cents")],
+            to: str,
+            memo: str | None = None,
+            tags: list[str] | None = None,
+        ) -> dict[str, Any]:
+            """Move money."""
+            return {"amount": amount, "to": to}
+
+        return transfer
+
+    return [make(), make(), make()]
+
+
+def _async_variants() -> list[Callable[..., Any]]:
+    def make() -> Callable[..., Any]:
+        async def transfer(
+            amount: Annotated[int, Field(ge=1, description="cents")],
+            to: str,
+            memo: str | None = None,
+            tags: list[str] | None = None,
+        ) -> dict[str, Any]:
+            """Move money."""
+            return {"amount": amount, "to": to}
+
+        return transfer
+
+    return [make(), make(), make()]
+
+
+@pytest.mark.parametrize("variants", [_sync_variants, _async_variants], ids=["sync", "async"])
+@pytest.mark.parametrize("bare", [True, False], ids=["bare", "options"])
+def test_decorator_order_does_not_change_the_schema(
+    variants: Callable[[], list[Callable[..., Any]]], bare: bool
+) -> None:
+    undecorated, idem_below, idem_above = variants()
+    registry = Registry()
+
+    def idem(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if bare:
+            return idempotent(fn)
+        return idempotent(retention=timedelta(minutes=5), scope=shared, registry=registry)(fn)
+
+    twin_server, below_server, above_server = _server(), _server(), _server()
+    twin_server.tool()(undecorated)
+    # @server.tool() over @idempotent
+    below_server.tool()(idem(idem_below))
+    # @idempotent over @server.tool()
+    above_result = idem(above_server.tool()(idem_above))
+
+    expected = _tool_info(twin_server, "transfer")
+    assert expected[0]["properties"]["amount"]["minimum"] == 1  # the schema is a real one
+    assert _tool_info(below_server, "transfer") == expected
+    assert _tool_info(above_server, "transfer") == expected
+    assert policy_of(idem_below) is not None
+    assert policy_of(above_result) is not None
