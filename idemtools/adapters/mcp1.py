@@ -173,6 +173,7 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
             return types.ServerResult(model.model_validate(outcome.result))
 
         setattr(call_tool, _MARK, True)
+        call_tool.__wrapped__ = inner  # type: ignore[attr-defined]
         return call_tool
 
     guard = _Guard(lowlevel.request_handlers, wrap)
