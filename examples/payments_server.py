@@ -6,6 +6,7 @@
 
 Store: the embedded MemoryStore unless IDEMTOOLS_STORE names another, e.g.
 `sqlite:///tmp/pay.db` or `redis://127.0.0.1:6379/0` (several instances must share one).
+Over HTTP, send `Authorization: Bearer demo-<your name>`: records are scoped per caller.
 
 It runs on whichever mcp line is installed: `MCPServer` on 2.x, `FastMCP` on 1.x.
 """
@@ -24,12 +25,36 @@ import anyio
 from idemtools import idempotent, install, shared
 from idemtools.stores import from_url
 
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+
 try:  # mcp 2.x
     from mcp.server.mcpserver import MCPServer as Server
 except ImportError:  # mcp 1.x
     from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,assignment]
 
-server = Server("payments")
+
+class DemoTokens:
+    """Over HTTP, callers authenticate with `Authorization: Bearer demo-<name>`.
+
+    A stand-in for a real OAuth token verifier: idemtools scopes records per authenticated
+    caller (`by_auth_subject`), so two callers reusing one key never see each other's results.
+    """
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if not token.startswith("demo-") or len(token) <= 5:
+            return None
+        name = token[5:]
+        extra: dict[str, Any] = {}
+        if "subject" in AccessToken.model_fields:  # mcp >= 1.30 carries subject and claims
+            extra = {"subject": name, "claims": {"iss": "https://payments.example"}}
+        return AccessToken(token=token, client_id=f"demo-{name}", scopes=["payments"], **extra)
+
+
+_auth: dict[str, Any] = {"issuer_url": "https://payments.example", "resource_server_url": None}
+if "validate_token_resource" in AuthSettings.model_fields:
+    _auth["validate_token_resource"] = False
+server = Server("payments", token_verifier=DemoTokens(), auth=AuthSettings(**_auth))
 
 # The side effects a retry must not repeat. A real server would call a payment provider.
 LEDGER: list[dict[str, Any]] = []
