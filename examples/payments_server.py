@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         server.run()
         return
     print(f"payments server on http://127.0.0.1:{args.http}/mcp", file=sys.stderr)
-    if hasattr(server, "settings"):  # mcp 1.x FastMCP: transport options live in settings
+    if hasattr(server, "_mcp_server"):  # mcp 1.x FastMCP: transport options live in settings
         server.settings.host = "127.0.0.1"
         server.settings.port = args.http
         server.settings.stateless_http = args.stateless
