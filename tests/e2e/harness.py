@@ -37,13 +37,11 @@ if LINE == 2:
     from mcp.server.auth.provider import AccessToken
     from mcp.server.auth.settings import AuthSettings
     from mcp.server.mcpserver import MCPServer as _Server
-    from mcp.shared.exceptions import MCPError as RpcError
 else:
     from mcp import types  # type: ignore[no-redef]
     from mcp.server.auth.provider import AccessToken  # type: ignore[no-redef]
     from mcp.server.auth.settings import AuthSettings  # type: ignore[no-redef]
     from mcp.server.fastmcp import FastMCP as _Server  # type: ignore[no-redef,assignment]
-    from mcp.shared.exceptions import McpError as RpcError  # type: ignore[no-redef]
 
 MODERN_META = {
     "io.modelcontextprotocol/protocolVersion": MODERN,

@@ -1,0 +1,158 @@
+"""idemtools.client against a real in-memory SDK client session, on the installed mcp line."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+
+from idemtools.client import NO_RETRY, RetryPolicy, advertises_idempotency, call_tool, new_key
+from idemtools.errors import ConflictError, InProgressError, KeyInvalidError
+
+from .harness import LINE, App, make_app
+
+
+@contextlib.asynccontextmanager
+async def session_for(app: App) -> AsyncIterator[Any]:
+    if LINE == 2:
+        from mcp.client import Client
+
+        async with Client(app.server, mode="legacy") as client:
+            yield client
+    else:
+        from mcp.shared.memory import create_connected_server_and_client_session
+
+        async with create_connected_server_and_client_session(app.server._mcp_server) as s:
+            yield s
+
+
+def text_of(result: Any) -> str:
+    return " ".join(getattr(block, "text", "") for block in result.content)
+
+
+async def test_key_generated_and_capability_read() -> None:
+    app = make_app()
+    async with session_for(app) as session:
+        assert advertises_idempotency(session)
+        a = await call_tool(session, "charge", {"amount": 3})
+        b = await call_tool(session, "charge", {"amount": 3})
+    assert text_of(a) == "charged 3 usd #1" and text_of(b) == "charged 3 usd #2"  # new keys
+
+
+async def test_same_key_replays() -> None:
+    app = make_app()
+    key = new_key()
+    async with session_for(app) as session:
+        a = await call_tool(session, "charge", {"amount": 3}, idempotency_key=key)
+        b = await call_tool(session, "charge", {"amount": 3}, idempotency_key=key)
+    assert text_of(a) == text_of(b) and app.count("charge") == 1
+
+
+async def test_conflict_is_never_retried() -> None:
+    app = make_app()
+    async with session_for(app) as session:
+        await call_tool(session, "charge", {"amount": 3}, idempotency_key="k-c")
+        with pytest.raises(ConflictError):
+            await call_tool(
+                session,
+                "charge",
+                {"amount": 4},
+                idempotency_key="k-c",
+                retry=RetryPolicy(attempts=5),
+            )
+    assert app.count("charge") == 1
+
+
+async def test_invalid_key_raises_typed_error() -> None:
+    app = make_app()
+    async with session_for(app) as session:
+        with pytest.raises(KeyInvalidError):
+            await call_tool(session, "charge", {"amount": 3}, idempotency_key="x" * 300)
+
+
+async def test_in_progress_is_retried_after_retry_after_ms() -> None:
+    app = make_app()
+    app.gate = anyio.Event()
+    gate = app.gate
+    results: dict[str, Any] = {}
+    async with session_for(app) as session:
+
+        async def original() -> None:
+            results["first"] = await call_tool(
+                session, "slow", {"seconds": 1}, idempotency_key="k-p", retry=NO_RETRY
+            )
+
+        async def open_gate_later() -> None:
+            await anyio.sleep(0.5)
+            gate.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(original)
+            with anyio.fail_after(10):
+                while app.count("slow") == 0:
+                    await anyio.sleep(0.01)
+            with pytest.raises(InProgressError):
+                await call_tool(
+                    session, "slow", {"seconds": 1}, idempotency_key="k-p", retry=NO_RETRY
+                )
+            tg.start_soon(open_gate_later)
+            retried = await call_tool(
+                session,
+                "slow",
+                {"seconds": 1},
+                idempotency_key="k-p",
+                retry=RetryPolicy(attempts=20),
+            )
+    assert text_of(retried) == text_of(results["first"])
+    assert app.count("slow") == 1
+
+
+async def test_timeout_retry_with_same_key_runs_once() -> None:
+    # The first answer is "lost" (read timeout while the tool runs); the retry with the same
+    # key waits out in_progress and gets the one execution's answer.
+    app = make_app()
+    async with session_for(app) as session:
+        result = await call_tool(
+            session,
+            "slow",
+            {"seconds": 0.6},
+            idempotency_key="k-t",
+            retry=RetryPolicy(attempts=20, timeout=0.2, initial_delay=0.05, max_delay=0.2),
+        )
+    assert text_of(result) == "slow done #1"
+    assert app.count("slow") == 1
+
+
+async def test_transport_loss_reconnects_with_the_same_key() -> None:
+    app = make_app()
+    sessions: list[Any] = []
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def connect() -> Any:
+            session = await stack.enter_async_context(session_for(app))
+            sessions.append(session)
+            if len(sessions) == 1:  # the first connection dies before the call
+                raise anyio.BrokenResourceError
+            return session
+
+        key = new_key()
+        result = await call_tool(
+            connect, "charge", {"amount": 9}, idempotency_key=key, retry=RetryPolicy(attempts=3)
+        )
+        again = await call_tool(connect, "charge", {"amount": 9}, idempotency_key=key)
+    assert len(sessions) == 3  # second attempt reconnected; the later call connected anew
+    assert text_of(result) == text_of(again) == "charged 9 usd #1"
+    assert app.count("charge") == 1
+
+
+async def test_attempts_are_bounded() -> None:
+    async def never() -> Any:
+        raise ConnectionError("down")
+
+    with anyio.fail_after(10), pytest.raises(ConnectionError):
+        await call_tool(
+            never, "charge", {"amount": 1}, retry=RetryPolicy(attempts=3, max_delay=0.01)
+        )
