@@ -21,12 +21,11 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 
 from idemtools import idempotent, install, shared
 from idemtools.stores import from_url
-
-from mcp.server.auth.provider import AccessToken
-from mcp.server.auth.settings import AuthSettings
 
 try:  # mcp 2.x
     from mcp.server.mcpserver import MCPServer as Server

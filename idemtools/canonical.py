@@ -162,12 +162,22 @@ def _utf16_sorted(value: Any) -> Any:
     return value
 
 
-def _fast(value: Any) -> bytes | None:
-    """orjson's output with its float spellings fixed, or None when the exact path must decide."""
+def _orjson(value: Any) -> bytes | None:
+    """orjson's encoding, or None when it refuses the value (then keys may be non-strings)."""
     try:
-        out = orjson.dumps(value, option=_ORJSON_OPTIONS)
+        return orjson.dumps(value, option=_ORJSON_OPTIONS)
     except TypeError:
         return None
+
+
+def _fast(value: Any) -> bytes | None:
+    """orjson's output with its float spellings fixed, or None when the exact path must decide."""
+    out = _orjson(value)
+    return None if out is None else _respell(out)
+
+
+def _respell(out: bytes) -> bytes | None:
+    """Fix orjson's float spellings to JCS's; None when the output could be ambiguous."""
     if b"null" in out or b'\\"' in out or (not out.isascii() and _NON_BMP_UTF8.search(out)):
         return None
     spots = sorted(
@@ -212,16 +222,26 @@ def _fast(value: Any) -> bytes | None:
     return b"".join(parts)
 
 
-def _exact(value: Any) -> bytes:
-    """The standard `json` encoder and a linear scan: slower, and right for every input."""
+def _exact(value: Any, *, string_keys: bool = True) -> bytes:
+    """The standard `json` encoder and a linear scan: slower, and right for every input.
+
+    `json` sorts keys before spelling them, so non-string keys (`{10: .., 9: ..}`) would come
+    out in the wrong order; unless orjson vouched that every key is a string, keys are spelled
+    and sorted by UTF-16 in a pre-walk first.
+    """
     try:
-        text = _encode(value)
-        if not text.isascii() and _NON_BMP.search(text):
+        if not string_keys:
             text = _encode_unsorted(_utf16_sorted(value))
+        else:
+            text = _encode(value)
+            if not text.isascii() and _NON_BMP.search(text):
+                text = _encode_unsorted(_utf16_sorted(value))
     except CanonicalizationError:
         raise
     except (ValueError, TypeError) as exc:  # NaN, infinity, circular, unsupported or mixed keys
         raise CanonicalizationError(f"not a JSON value: {exc}") from None
+    except RecursionError:
+        raise CanonicalizationError("not a JSON value: circular or too deeply nested") from None
     text = _SCAN.sub(_rewrite, text)
     try:
         return text.encode("utf-8")
@@ -248,8 +268,11 @@ def canonicalize(value: Any) -> bytes:
         CanonicalizationError: NaN or infinity, a non-JSON type, keys of mixed types, or a
             circular reference.
     """
-    fast = _fast(value)
-    return fast if fast is not None else _exact(value)
+    out = _orjson(value)
+    if out is None:  # big int, lone surrogate, non-string key or other type: exact path
+        return _exact(value, string_keys=False)
+    fast = _respell(out)
+    return fast if fast is not None else _exact(value, string_keys=True)
 
 
 def fingerprint(name: str, arguments: Mapping[str, Any] | None) -> str:

@@ -8,6 +8,7 @@ the wire. Stored as JSON, never pickle: a record is data, not code.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,8 @@ import orjson
 __all__ = ["Outcome"]
 
 _VERSION = 1
+_EXACT = 2
+_EXACT_PREFIX = b'{"v":2,'
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class Outcome:
 
     @classmethod
     def of_error(cls, code: int, message: str, data: Any = None) -> Outcome:
+        """A JSON-RPC error outcome; `data` is omitted when None, as JSON-RPC allows."""
         error: dict[str, Any] = {"code": code, "message": message}
         if data is not None:
             error["data"] = data
@@ -48,27 +52,32 @@ class Outcome:
 
     @property
     def is_error(self) -> bool:
+        """True for a JSON-RPC error (an `isError` tool result is a result, not an error)."""
         return self.error is not None
 
     def to_bytes(self) -> bytes:
-        body = (
-            {"v": _VERSION, "result": self.result}
-            if self.result is not None
-            else {
-                "v": _VERSION,
-                "error": self.error,
-            }
-        )
-        return orjson.dumps(body)
+        """The stored form: JSON. orjson for speed; the standard encoder for what orjson
+        refuses (integers beyond 64 bits, lone surrogates), so every JSON value is kept."""
+        body: dict[str, Any] = {"v": _VERSION}
+        if self.result is not None:
+            body["result"] = self.result
+        else:
+            body["error"] = self.error
+        try:
+            return orjson.dumps(body)
+        except TypeError:
+            # Layout 2: written by `json`, and read back by it (orjson reads big ints as floats).
+            body["v"] = _EXACT
+            return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Outcome:
         """Decode a stored outcome; raises ValueError for anything that is not one."""
         try:
-            body = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
+            body = json.loads(data) if data.startswith(_EXACT_PREFIX) else orjson.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
             raise ValueError(f"stored outcome is not JSON: {exc}") from None
-        if not isinstance(body, dict) or body.get("v") != _VERSION:
+        if not isinstance(body, dict) or body.get("v") not in (_VERSION, _EXACT):
             raise ValueError("stored outcome has an unknown layout")
         result, error = body.get("result"), body.get("error")
         if isinstance(result, dict) and error is None:

@@ -13,6 +13,7 @@ Scope values are hashed before they reach a store or a log.
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import socket
 from collections.abc import Callable
@@ -85,7 +86,8 @@ class Scope:
         second = _as_scope(other)
 
         def both(ctx: CallContext) -> str:
-            return f"{self(ctx)}\x1f{second(ctx)}"
+            # JSON, not a separator: no pair of values can spell another pair.
+            return json.dumps([self(ctx), second(ctx)])
 
         return Scope(both, f"{self.description} and {second.description}")
 
@@ -135,8 +137,9 @@ def by_auth_subject(ctx: CallContext) -> str:
     """
     auth = ctx.auth
     if auth is not None and (auth.subject or auth.client_id):
-        who = f"sub:{auth.subject}" if auth.subject else f"client:{auth.client_id}"
-        return f"auth:{auth.issuer or ''}\x1f{who}"
+        if auth.subject:
+            return json.dumps(["auth", auth.issuer or "", "sub", auth.subject])
+        return json.dumps(["auth", auth.issuer or "", "client", auth.client_id])
     if ctx.transport in ("stdio", "memory"):
         return _local_identity()
     raise ScopeUnavailableError(

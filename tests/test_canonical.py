@@ -617,12 +617,6 @@ def test_tuples_are_arrays() -> None:
     assert canonicalize((1, "a", (2.0,))) == canonicalize([1, "a", [2]])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: non-str dict keys are sorted as Python objects before being stringified, so "
-    "{10: 'a', 9: 'b'} gives '{\"9\":...,\"10\":...}' (not JCS order) and differs from the "
-    "canonical form of the JSON text json.dumps writes for it, contrary to the docstring",
-)
 def test_non_string_keys_canonicalize_the_json_text_json_dumps_writes() -> None:
     value = {10: "a", 9: "b", 2.5: "c"}
     assert canonicalize(value) == canonicalize(json.loads(json.dumps(value)))

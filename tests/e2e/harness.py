@@ -199,26 +199,28 @@ class MemoryWire:
 @contextlib.asynccontextmanager
 async def memory_wire(app: App) -> AsyncIterator[MemoryWire]:
     lowlevel = lowlevel_of(app.server)
-    async with create_client_server_memory_streams() as ((c_read, c_write), (s_read, s_write)):
-        async with anyio.create_task_group() as tg:
-            options = lowlevel.create_initialization_options()
-            tg.start_soon(lambda: lowlevel.run(s_read, s_write, options))
-            wire = MemoryWire(c_read, c_write)
-            tg.start_soon(wire.pump)
-            init = await wire.request(
-                "initialize",
-                {
-                    "protocolVersion": LEGACY if LINE == 2 else types.LATEST_PROTOCOL_VERSION,
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw", "version": "0"},
-                },
-            )
-            wire.initialize = init["result"]
-            await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-            try:
-                yield wire
-            finally:
-                tg.cancel_scope.cancel()
+    async with (
+        create_client_server_memory_streams() as ((c_read, c_write), (s_read, s_write)),
+        anyio.create_task_group() as tg,
+    ):
+        options = lowlevel.create_initialization_options()
+        tg.start_soon(lambda: lowlevel.run(s_read, s_write, options))
+        wire = MemoryWire(c_read, c_write)
+        tg.start_soon(wire.pump)
+        init = await wire.request(
+            "initialize",
+            {
+                "protocolVersion": LEGACY if LINE == 2 else types.LATEST_PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        )
+        wire.initialize = init["result"]
+        await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        try:
+            yield wire
+        finally:
+            tg.cancel_scope.cancel()
 
 
 # -- streamable HTTP raw wire -------------------------------------------------------------------

@@ -56,13 +56,10 @@ async def test_disconnected_client_gets_the_replay_on_a_new_connection() -> None
         await anyio.sleep(0.3)
         gate.set()
 
-    async with anyio.create_task_group() as tg:
-        async with memory_wire(app) as wire:
-            await wire.send(
-                {"jsonrpc": "2.0", "id": "d1", "method": "tools/call", "params": params}
-            )
-            await _wait_started(app)
-            tg.start_soon(open_gate_later)
+    async with anyio.create_task_group() as tg, memory_wire(app) as wire:
+        await wire.send({"jsonrpc": "2.0", "id": "d1", "method": "tools/call", "params": params})
+        await _wait_started(app)
+        tg.start_soon(open_gate_later)
         # Leaving the block cancelled the connection's server loop; the shielded call went on
         # until the tool returned, and recorded its outcome.
     async with memory_wire(app) as wire:

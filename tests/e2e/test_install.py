@@ -165,7 +165,10 @@ async def test_custom_error_codes_and_replay_marker() -> None:
         first = await wire.call(params)
         again = await wire.call(params)
         conflict = await wire.call({**params, "arguments": {"amount": 2}})
-    assert "_meta" not in first["result"] or "io.github.idemtools/replayed" not in first["result"]["_meta"]
+    assert (
+        "_meta" not in first["result"]
+        or "io.github.idemtools/replayed" not in first["result"]["_meta"]
+    )
     assert again["result"]["_meta"]["io.github.idemtools/replayed"] is True
     assert conflict["error"]["code"] == -32099
     assert error_type(conflict) == "idempotency_key_conflict"

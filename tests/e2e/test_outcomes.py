@@ -142,7 +142,7 @@ async def test_null_key_is_an_ordinary_call(served: Served) -> None:
 
 
 async def test_no_key_is_backward_compatible(served: Served) -> None:
-    async with served() as (app, wire):
+    async with served() as (_app, wire):
         a = await wire.call({"name": "charge", "arguments": {"amount": 5}})
         b = await wire.call({"name": "charge", "arguments": {"amount": 5}})
         assert result_text(a) == "charged 5 usd #1" and result_text(b) == "charged 5 usd #2"
