@@ -8,6 +8,7 @@ extras (`idemtools[redis]`, `idemtools[postgres]`).
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .base import Claim, Record, Status, Store
 from .memory import MemoryStore
@@ -43,29 +44,55 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _take(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+    """Remove idemtools' own query parameters from a URL; the rest belong to the driver."""
+    parts = urlsplit(url)
+    ours: dict[str, str] = {}
+    rest: list[tuple[str, str]] = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in names:
+            ours[name] = value
+        else:
+            rest.append((name, value))
+    return urlunsplit(parts._replace(query=urlencode(rest))), ours
+
+
 def from_url(url: str, **options: Any) -> Store:
     """Build a store from a URL, so operators choose it in configuration, not code.
 
     `memory://` (the default embedded store), `sqlite:///path/to/file.db`,
-    `redis://host:port/db` (also `rediss://`), `postgresql://user@host/db` (its schema must
-    exist: see `PostgresStore.create_schema`). Keyword options go to the store's constructor.
+    `redis://host:port/db` (also `rediss://`, `unix://`), `postgresql://user@host/db` (its schema
+    must exist: see `PostgresStore.create_schema`). idemtools' own settings may ride in the
+    query, so one environment variable configures a deployment: `?max_records=` (memory,
+    sqlite), `?prefix=` (redis: several servers sharing one Redis), `?table=` (postgres).
+    Keyword options go to the store's constructor and win over the query.
     """
-    scheme, sep, rest = url.partition("://")
+    scheme, sep, _ = url.partition("://")
     if not sep:
         raise ValueError(f"not a store URL: {url!r} (expected e.g. memory://, sqlite:///x.db)")
     scheme = scheme.lower()
-    if scheme == "memory":
-        return MemoryStore(**options)
-    if scheme == "sqlite":
-        if not rest:
+    if scheme in ("memory", "sqlite"):
+        _, ours = _take(url, ("max_records",))
+        if "max_records" in ours:
+            options.setdefault("max_records", int(ours["max_records"]))
+        if scheme == "memory":
+            return MemoryStore(**options)
+        path = url.split("?", 1)[0][len("sqlite://") :]  # sqlite:///abs.db or sqlite://rel.db
+        if not path:
             raise ValueError("sqlite:// needs a path, e.g. sqlite:///var/lib/app/idem.db")
-        return SQLiteStore(rest, **options)
+        return SQLiteStore(path, **options)
     if scheme in ("redis", "rediss", "unix"):
         from .redis import RedisStore
 
-        return RedisStore.from_url(url, **options)
+        clean, ours = _take(url, ("prefix",))
+        if "prefix" in ours:
+            options.setdefault("prefix", ours["prefix"])
+        return RedisStore.from_url(clean, **options)
     if scheme in ("postgres", "postgresql"):
         from .postgres import PostgresStore
 
-        return PostgresStore.from_url(url, **options)
+        clean, ours = _take(url, ("table",))
+        if "table" in ours:
+            options.setdefault("table", ours["table"])
+        return PostgresStore.from_url(clean, **options)
     raise ValueError(f"unknown store scheme {scheme!r} in {url!r}")
