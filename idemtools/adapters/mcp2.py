@@ -16,7 +16,6 @@ retries across eras still gets a well-formed answer and never a second execution
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any
 
@@ -177,26 +176,28 @@ def _advertise(result: Any) -> Any:
 
 
 def _envelope(result: dict[str, Any], version: str, lowlevel: Any) -> dict[str, Any]:
-    """Fit a recorded wire result to the era of the request replaying it."""
-    out = copy.deepcopy(result)
-    meta = out.get("_meta")
+    """Fit a recorded wire result to the era of the request replaying it.
+
+    `result` was just decoded from the store, so it is ours to change in place.
+    """
+    meta = result.get("_meta")
     if version in MODERN_PROTOCOL_VERSIONS:
-        out.setdefault("resultType", "complete")
+        result.setdefault("resultType", "complete")
         if not (isinstance(meta, dict) and types.SERVER_INFO_META_KEY in meta):
             stamp = lowlevel.server_info_stamp
-            out["_meta"] = {
+            result["_meta"] = {
                 **(meta if isinstance(meta, dict) else {}),
                 types.SERVER_INFO_META_KEY: stamp,
             }
     else:
-        out.pop("resultType", None)
+        result.pop("resultType", None)
         if isinstance(meta, dict) and types.SERVER_INFO_META_KEY in meta:
             rest = {k: v for k, v in meta.items() if k != types.SERVER_INFO_META_KEY}
             if rest:
-                out["_meta"] = rest
+                result["_meta"] = rest
             else:
-                out.pop("_meta")
-    return out
+                result.pop("_meta")
+    return result
 
 
 def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) -> Installation:
