@@ -1,12 +1,19 @@
 """MemoryStore: the embedded default, one process, built on cachetools' TLRUCache.
 
-TLRUCache gives each record its own expiry (lease while in progress, retention once completed)
-and removes expired records on every write. Its LRU eviction is exactly what an idempotency store
-must never do, so a claim that would need eviction is refused with `StoreFullError` instead.
+TLRUCache gives each record its own expiry and removes expired records on every write. Its LRU
+eviction is exactly what an idempotency store must never do, so a claim that would need eviction
+is refused with `StoreFullError` instead.
+
+Records live in two TLRUCaches: claims in progress (expiry = lease, rewritten on every renewal)
+and completed records (expiry = retention, written once). A completed record therefore costs one
+cache write, and TLRUCache's lazily-deleted heap entries pile up only in the small in-progress
+cache, which compacts them itself. Ids, fingerprints and owner tokens are kept as raw bytes when
+they are the hex strings the engine produces, and turned back into the same strings in `Record`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -18,21 +25,48 @@ from .base import Claim, Record, Status
 
 __all__ = ["MemoryStore"]
 
+_Meta = bytes | tuple[str, str]
+"""(fingerprint, owner): 48 raw bytes for the engine's SHA-256 / 128-bit hex, else the strings."""
+
 
 class _Entry:
     # Mutable on purpose: renew/complete update in place and re-set the item to move its expiry.
-    __slots__ = ("expires", "fingerprint", "outcome", "owner", "status")
+    # Status is not stored: it is which cache holds the entry.
+    __slots__ = ("expires", "meta", "outcome")
 
-    def __init__(self, status: Status, fingerprint: str, owner: str, expires: float) -> None:
-        self.status = status
-        self.fingerprint = fingerprint
-        self.owner = owner
+    def __init__(self, meta: _Meta, expires: float) -> None:
+        self.meta = meta
         self.expires = expires
         self.outcome: bytes | None = None
 
 
 def _ttu(_key: object, entry: _Entry, _now: float) -> float:
     return entry.expires
+
+
+def _unhex(text: str, size: int) -> bytes | None:
+    """`text` as raw bytes if it is exactly `size` bytes of lowercase hex, else None."""
+    if len(text) != 2 * size:
+        return None
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        return None
+    # fromhex also accepts upper case and spaces; only an exact round trip may be packed.
+    return raw if raw.hex() == text else None
+
+
+def _pack(fingerprint: str, owner: str) -> _Meta:
+    fp = _unhex(fingerprint, 32)
+    if fp is not None:
+        ow = _unhex(owner, 16)
+        if ow is not None:
+            return fp + ow
+    return (fingerprint, owner)
+
+
+def _owner_of(meta: _Meta) -> str:
+    return meta[32:].hex() if isinstance(meta, bytes) else meta[1]
 
 
 class MemoryStore:
@@ -55,35 +89,58 @@ class MemoryStore:
             raise ValueError("max_records must be at least 1")
         self.max_records = max_records
         self._clock = clock
-        self._cache: TLRUCache[str, _Entry] = TLRUCache(maxsize=max_records, ttu=_ttu, timer=clock)
+        # We never let either cache reach the point of evicting: `claim` checks the total first.
+        self._running: TLRUCache[bytes, _Entry] = TLRUCache(
+            maxsize=max_records, ttu=_ttu, timer=clock
+        )
+        self._done: TLRUCache[bytes, _Entry] = TLRUCache(maxsize=max_records, ttu=_ttu, timer=clock)
         # Async callers run these under one event loop; the lock makes threaded use safe too.
         self._lock = threading.Lock()
 
     @staticmethod
-    def _id(scope: str, key: str) -> str:
-        # Length-prefixed, so no (scope, key) pair can spell another pair's id.
-        return f"{len(scope)}:{scope}{key}"
-
-    def _live(self, rid: str, now: float) -> _Entry | None:
-        entry = self._cache.get(rid)
-        if entry is None or entry.expires <= now:
-            return None
-        return entry
+    def _id(scope: str, key: str) -> bytes:
+        # Collision-free: a tag byte, then either the 32 bytes of a SHA-256 hex scope (what the
+        # engine passes) or a length-prefixed encoded scope, then the key (UTF-8, surrogates
+        # kept, so every Python string has its own bytes).
+        raw = _unhex(scope, 32)
+        encoded_key = key.encode("utf-8", "surrogatepass")
+        if raw is not None:
+            return b"\x00" + raw + encoded_key
+        encoded = scope.encode("utf-8", "surrogatepass")
+        return b"\x01" + len(encoded).to_bytes(8, "big") + encoded + encoded_key
 
     @staticmethod
-    def _record(entry: _Entry, now: float) -> Record:
+    def _record(entry: _Entry, status: Status, now: float) -> Record:
+        meta = entry.meta
+        if isinstance(meta, bytes):
+            fingerprint, owner = meta[:32].hex(), meta[32:].hex()
+        else:
+            fingerprint, owner = meta
         return Record(
-            status=entry.status,
-            fingerprint=entry.fingerprint,
-            owner=entry.owner,
+            status=status,
+            fingerprint=fingerprint,
+            owner=owner,
             remaining=max(0.0, entry.expires - now),
             outcome=entry.outcome,
         )
 
+    def _find(self, rid: bytes, now: float) -> tuple[_Entry, Status] | None:
+        entry = self._done.get(rid)
+        if entry is not None and entry.expires > now:
+            return entry, Status.COMPLETED
+        entry = self._running.get(rid)
+        if entry is not None and entry.expires > now:
+            return entry, Status.IN_PROGRESS
+        return None
+
+    def _expire(self, now: float) -> None:
+        self._running.expire(now)
+        self._done.expire(now)
+
     def __len__(self) -> int:
         with self._lock:
-            self._cache.expire()
-            return len(self._cache)
+            self._expire(self._clock())
+            return len(self._running) + len(self._done)
 
     async def claim(
         self, scope: str, key: str, fingerprint: str, owner: str, lease: float
@@ -91,21 +148,27 @@ class MemoryStore:
         rid = self._id(scope, key)
         with self._lock:
             now = self._clock()
-            entry = self._live(rid, now)
-            if entry is not None:
-                return Claim(claimed=False, existing=self._record(entry, now))
-            self._cache.expire(now)
-            if rid not in self._cache and len(self._cache) >= self.max_records:
+            found = self._find(rid, now)
+            if found is not None:
+                return Claim(claimed=False, existing=self._record(*found, now))
+            self._expire(now)
+            if len(self._running) + len(self._done) >= self.max_records:
                 raise StoreFullError(
                     f"memory store holds its maximum of {self.max_records} live records",
                     key=key,
                 )
-            self._cache[rid] = _Entry(Status.IN_PROGRESS, fingerprint, owner, now + lease)
+            self._running[rid] = _Entry(_pack(fingerprint, owner), now + lease)
             return Claim(claimed=True)
 
-    def _held(self, rid: str, owner: str, now: float) -> _Entry | None:
-        entry = self._live(rid, now)
-        if entry is None or entry.owner != owner or entry.status is not Status.IN_PROGRESS:
+    def _drop_running(self, rid: bytes) -> None:
+        # TLRUCache deletes, then raises KeyError if the item's time ran out meanwhile (its timer
+        # is read again): we decided at our `now` that the claim was held, so that is no error.
+        with contextlib.suppress(KeyError):
+            del self._running[rid]
+
+    def _held(self, rid: bytes, owner: str, now: float) -> _Entry | None:
+        entry = self._running.get(rid)
+        if entry is None or entry.expires <= now or _owner_of(entry.meta) != owner:
             return None
         return entry
 
@@ -117,7 +180,7 @@ class MemoryStore:
             if entry is None:
                 return False
             entry.expires = now + lease
-            self._cache[rid] = entry
+            self._running[rid] = entry
             return True
 
     async def complete(
@@ -129,10 +192,10 @@ class MemoryStore:
             entry = self._held(rid, owner, now)
             if entry is None:
                 return False
-            entry.status = Status.COMPLETED
+            self._drop_running(rid)
             entry.outcome = outcome
             entry.expires = now + retention
-            self._cache[rid] = entry
+            self._done[rid] = entry
             return True
 
     async def release(self, scope: str, key: str, owner: str) -> bool:
@@ -140,14 +203,14 @@ class MemoryStore:
         with self._lock:
             if self._held(rid, owner, self._clock()) is None:
                 return False
-            del self._cache[rid]
+            self._drop_running(rid)
             return True
 
     async def get(self, scope: str, key: str) -> Record | None:
         with self._lock:
             now = self._clock()
-            entry = self._live(self._id(scope, key), now)
-            return None if entry is None else self._record(entry, now)
+            found = self._find(self._id(scope, key), now)
+            return None if found is None else self._record(*found, now)
 
     async def aclose(self) -> None:
         return None
