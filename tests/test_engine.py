@@ -944,12 +944,6 @@ async def test_a_raising_run_is_answered_as_an_error_and_not_run_twice(engine: E
     assert runs == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Outcome.to_bytes (orjson) raises TypeError on integers outside 64 bits and on "
-    "lone surrogates; _finish swallows it as a record failure, so the claim runs out by lease "
-    "and the retry executes the tool a second time instead of replaying",
-)
 @pytest.mark.parametrize(
     "value", [2**64, -(2**63) - 1, "\ud800"], ids=["2**64", "-2**63-1", "lone"]
 )
@@ -963,12 +957,6 @@ async def test_outcomes_holding_any_json_value_are_replayed(
     assert tool.calls == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the outcome_too_large record echoes the key; for a valid key holding a lone "
-    "surrogate, Outcome.to_bytes (orjson) raises, nothing is recorded, and after the lease the "
-    "retry runs the tool again",
-)
 async def test_too_large_refusal_is_recorded_for_keys_with_lone_surrogates(
     store: MemoryStore, clock: Clock
 ) -> None:
