@@ -15,10 +15,11 @@ so no adapter can forget to translate one. The engine never imports an adapter o
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
-import uuid
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,14 @@ from .outcome import Outcome
 from .policy import DEFAULT_POLICY, Policy, Registry, default_registry
 from .scopes import CallContext
 from .stores.base import Record, Status, Store, TransactionalStore
+
+try:  # trio depends on sniffio; without it, anyio's only other backend (asyncio) is running
+    from sniffio import current_async_library as _current_async_library
+except ImportError:  # pragma: no cover
+
+    def _current_async_library() -> str:
+        return "asyncio"
+
 
 __all__ = ["REPLAY_META_KEY", "Engine", "EngineStats", "ToolCall", "key_digest"]
 
@@ -154,7 +163,7 @@ class Engine:
                     f"arguments cannot be compared as JSON ({exc}); the call was not run",
                     key=key,
                 ) from None
-            owner = uuid.uuid4().hex
+            owner = os.urandom(16).hex()  # unique per execution: fences a stale owner
             claim = await self._store(self.store.claim(scope, key, fp, owner, policy.lease), key)
             if not claim.claimed:
                 if claim.existing is None:  # a store bug, not a client error
@@ -244,18 +253,35 @@ class Engine:
         policy: Policy,
         run: Callable[[], Awaitable[Outcome]],
     ) -> Outcome:
+        """Run the tool while its lease is renewed every lease/3, and never after it ends.
+
+        On asyncio the first renewal is a timer (`loop.call_later`): a call shorter than
+        lease/3 costs one timer, no task. When the timer fires, a task runs `_renew` from
+        there on. On trio, a task group runs `_renew` beside the tool.
+        """
+        if _on_asyncio():
+            renewal = _AsyncioRenewal(self, scope, key, owner, policy.lease)
+            try:
+                return await self._run(key, run)
+            finally:
+                await renewal.stop()
         outcome: Outcome | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._renew, scope, key, owner, policy.lease)
             try:
-                outcome = await run()
-            except Exception as exc:  # the adapter's run() should not raise; be safe
-                log.exception("tools/call raised inside idemtools key=%s", key_digest(key))
-                outcome = Outcome.of_error(-32603, f"internal error: {exc}")
+                outcome = await self._run(key, run)
             finally:
                 tg.cancel_scope.cancel()
         assert outcome is not None
         return outcome
+
+    @staticmethod
+    async def _run(key: str, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        try:
+            return await run()
+        except Exception as exc:  # the adapter's run() should not raise; be safe
+            log.exception("tools/call raised inside idemtools key=%s", key_digest(key))
+            return Outcome.of_error(-32603, f"internal error: {exc}")
 
     async def _execute_in_transaction(
         self,
@@ -286,20 +312,24 @@ class Engine:
             )
         return outcome
 
-    async def _renew(self, scope: str, key: str, owner: str, lease: float) -> None:
+    async def _renew(
+        self, scope: str, key: str, owner: str, lease: float, *, wait_first: bool = True
+    ) -> None:
         interval = lease / 3
-        while True:
+        if wait_first:
             await anyio.sleep(interval)
+        while True:
             try:
                 held = await self.store.renew(scope, key, owner, lease)
             except Exception as exc:
                 self.stats.store_errors += 1
                 log.warning("lease renewal failed key=%s: %r", key_digest(key), exc)
-                continue
-            if not held:
-                self.stats.lost_claims += 1
-                log.warning("lease lost while running key=%s", key_digest(key))
-                return
+            else:
+                if not held:
+                    self.stats.lost_claims += 1
+                    log.warning("lease lost while running key=%s", key_digest(key))
+                    return
+            await anyio.sleep(interval)
 
     async def _finish(
         self,
@@ -345,6 +375,51 @@ class Engine:
             # The caller still gets its answer; the claim ends by lease.
             self.stats.record_failures += 1
             log.error("could not record outcome key=%s: %r", key_digest(key), exc)
+
+
+class _AsyncioRenewal:
+    """Lease renewal on asyncio: a timer until the first renewal is due, then a task.
+
+    `stop()` cancels the timer, or cancels the task and waits for it to end, so no renewal
+    starts (or is still on its way) once the call has ended, as with a task group.
+    """
+
+    __slots__ = ("engine", "handle", "key", "lease", "loop", "owner", "scope", "task")
+
+    def __init__(self, engine: Engine, scope: str, key: str, owner: str, lease: float) -> None:
+        self.engine = engine
+        self.scope = scope
+        self.key = key
+        self.owner = owner
+        self.lease = lease
+        self.loop = asyncio.get_running_loop()
+        self.task: asyncio.Task[None] | None = None
+        # The timer (and so the task) runs in a copy of this context, as a task group would.
+        self.handle: asyncio.TimerHandle | None = self.loop.call_later(lease / 3, self._fire)
+
+    def _fire(self) -> None:
+        self.handle = None
+        coro = self.engine._renew(self.scope, self.key, self.owner, self.lease, wait_first=False)
+        self.task = self.loop.create_task(coro)
+
+    async def stop(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+        task = self.task
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+            await asyncio.wait((task,))
+        if not task.cancelled():
+            error = task.exception()  # never an Exception: _renew logs and counts those
+            if error is not None:
+                raise error
+
+
+def _on_asyncio() -> bool:
+    return _current_async_library() == "asyncio"
 
 
 def _scope_hash(policy: Policy, context: CallContext, key: str) -> str:
