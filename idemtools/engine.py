@@ -131,6 +131,7 @@ class Engine:
         self.codes = codes if codes is not None else ErrorCodes()
         self.mark_replays = mark_replays
         self.stats = EngineStats()
+        self._inflight: set[asyncio.Task[Outcome]] = set()
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -236,13 +237,31 @@ class Engine:
         run: Callable[[], Awaitable[Outcome]],
     ) -> Outcome:
         self.stats.executions += 1
-        # Shielded: a client that cancels or disconnects must not stop the call between its
-        # side effect and its record, or the retry would run it again.
+        # A client that cancels or disconnects must not stop the call between its side effect
+        # and its record, or the retry would run it again. anyio cancellation is held off by a
+        # shield; on asyncio the call also runs in its own task, because a native
+        # `task.cancel()` (asyncio.wait_for, a TaskGroup) goes through any anyio shield.
         with anyio.CancelScope(shield=True):
-            if policy.transactional and isinstance(self.store, TransactionalStore):
-                return await self._execute_in_transaction(scope, key, owner, policy, run)
-            outcome = await self._run_renewed(scope, key, owner, policy, run)
-            await self._finish(scope, key, owner, policy, outcome)
+            body = self._execute_body(scope, key, owner, policy, run)
+            if not _on_asyncio():
+                return await body
+            task = asyncio.get_running_loop().create_task(body)
+            self._inflight.add(task)  # strong reference: the task may outlive its caller
+            task.add_done_callback(self._inflight.discard)
+            return await asyncio.shield(task)
+
+    async def _execute_body(
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        policy: Policy,
+        run: Callable[[], Awaitable[Outcome]],
+    ) -> Outcome:
+        if policy.transactional and isinstance(self.store, TransactionalStore):
+            return await self._execute_in_transaction(scope, key, owner, policy, run)
+        outcome = await self._run_renewed(scope, key, owner, policy, run)
+        await self._finish(scope, key, owner, policy, outcome)
         return outcome
 
     async def _run_renewed(

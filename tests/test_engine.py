@@ -750,13 +750,6 @@ async def test_cancelled_caller_still_records_the_outcome(engine: Engine) -> Non
     assert retry.calls == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the engine's anyio CancelScope(shield=True) does not stop native asyncio "
-    "cancellation (task.cancel(), asyncio.wait_for, asyncio.TaskGroup): run() receives "
-    "CancelledError, nothing is recorded, and the claim stays in progress until its lease "
-    "runs out, after which a retry runs the tool a second time",
-)
 async def test_native_task_cancel_still_records_the_outcome(engine: Engine) -> None:
     started, release = asyncio.Event(), asyncio.Event()
     runs = 0
