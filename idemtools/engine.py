@@ -243,12 +243,14 @@ class Engine:
         # `task.cancel()` (asyncio.wait_for, a TaskGroup) goes through any anyio shield.
         with anyio.CancelScope(shield=True):
             body = self._execute_body(scope, key, owner, policy, run)
-            if not _on_asyncio():
-                return await body
-            task = asyncio.get_running_loop().create_task(body)
-            self._inflight.add(task)  # strong reference: the task may outlive its caller
-            task.add_done_callback(self._inflight.discard)
-            return await asyncio.shield(task)
+            if _on_asyncio():
+                task = asyncio.get_running_loop().create_task(body)
+                self._inflight.add(task)  # strong reference: the task may outlive its caller
+                task.add_done_callback(self._inflight.discard)
+                outcome = await asyncio.shield(task)
+            else:
+                outcome = await body
+        return outcome
 
     async def _execute_body(
         self,
