@@ -12,6 +12,7 @@ Scope values are hashed before they reach a store or a log.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import os
@@ -114,7 +115,8 @@ def _as_scope(value: Scope | ScopeFn) -> Scope:
     return Scope(value, getattr(value, "__name__", "custom scope"))
 
 
-def _local_identity() -> str:
+@functools.cache
+def _local_identity() -> str:  # constant for the process; the lookup costs a passwd read
     try:
         user = getpass.getuser()
     except Exception:  # no login name (containers): the uid still names the boundary

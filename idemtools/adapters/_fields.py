@@ -46,12 +46,13 @@ KeyType = Annotated[str | None, WrapValidator(_keep_invalid)]
 def declare(params_cls: Any, rebuild: Sequence[Callable[[], object]]) -> None:
     """Add the typed, aliased field to `params_cls` (once), then run the rebuild chain."""
     fields: dict[str, FieldInfo] = params_cls.__pydantic_fields__
-    if FIELD not in fields:
-        fields[FIELD] = FieldInfo.from_annotated_attribute(
-            KeyType,  # type: ignore[arg-type]  # an Annotated form, which pydantic accepts
-            Field(default=None, alias=WIRE_NAME),
-        )
-        params_cls.__annotations__[FIELD] = KeyType
+    if FIELD in fields:
+        return  # declared (and rebuilt) already: rebuilding costs milliseconds, do it once
+    fields[FIELD] = FieldInfo.from_annotated_attribute(
+        KeyType,  # type: ignore[arg-type]  # an Annotated form, which pydantic accepts
+        Field(default=None, alias=WIRE_NAME),
+    )
+    params_cls.__annotations__[FIELD] = KeyType
     for step in rebuild:
         step()
 
