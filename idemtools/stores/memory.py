@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from cachetools import TLRUCache
+from cachetools import Cache, TLRUCache
 
 from ..errors import StoreFullError
 from .base import Claim, Record, Status
@@ -42,6 +42,18 @@ class _Entry:
 
 def _ttu(_key: object, entry: _Entry, _now: float) -> float:
     return entry.expires
+
+
+# Reads go straight to the underlying mapping (Cache's own methods, as TLRUCache itself calls
+# them): TLRUCache's `get`/`len` read the clock, reorder the LRU list and expire on every call
+# (a miss in `get` even raises and catches KeyError twice). We read the clock once per
+# operation and compare `entry.expires` ourselves; expired items are dropped by each cache's
+# own writes (`__setitem__` expires first) and when the store nears `max_records`.
+_contains = Cache.__contains__
+_peek = Cache.__getitem__
+_size = Cache.__len__
+
+_CLAIMED = Claim(claimed=True)  # frozen: one shared answer instead of one per claim
 
 
 def _unhex(text: str, size: int) -> bytes | None:
@@ -125,12 +137,16 @@ class MemoryStore:
         )
 
     def _find(self, rid: bytes, now: float) -> tuple[_Entry, Status] | None:
-        entry = self._done.get(rid)
-        if entry is not None and entry.expires > now:
-            return entry, Status.COMPLETED
-        entry = self._running.get(rid)
-        if entry is not None and entry.expires > now:
-            return entry, Status.IN_PROGRESS
+        done = self._done
+        if _contains(done, rid):
+            entry: _Entry = _peek(done, rid)
+            if entry.expires > now:
+                return entry, Status.COMPLETED
+        running = self._running
+        if _contains(running, rid):
+            entry = _peek(running, rid)
+            if entry.expires > now:
+                return entry, Status.IN_PROGRESS
         return None
 
     def _expire(self, now: float) -> None:
@@ -151,14 +167,17 @@ class MemoryStore:
             found = self._find(rid, now)
             if found is not None:
                 return Claim(claimed=False, existing=self._record(*found, now))
-            self._expire(now)
-            if len(self._running) + len(self._done) >= self.max_records:
-                raise StoreFullError(
-                    f"memory store holds its maximum of {self.max_records} live records",
-                    key=key,
-                )
+            # Raw sizes count expired items too, so they are an upper bound of the live count:
+            # only a store near its bound pays for expiring both caches and counting again.
+            if _size(self._running) + _size(self._done) >= self.max_records:
+                self._expire(now)
+                if _size(self._running) + _size(self._done) >= self.max_records:
+                    raise StoreFullError(
+                        f"memory store holds its maximum of {self.max_records} live records",
+                        key=key,
+                    )
             self._running[rid] = _Entry(_pack(fingerprint, owner), now + lease)
-            return Claim(claimed=True)
+            return _CLAIMED
 
     def _drop_running(self, rid: bytes) -> None:
         # TLRUCache deletes, then raises KeyError if the item's time ran out meanwhile (its timer
@@ -167,8 +186,11 @@ class MemoryStore:
             del self._running[rid]
 
     def _held(self, rid: bytes, owner: str, now: float) -> _Entry | None:
-        entry = self._running.get(rid)
-        if entry is None or entry.expires <= now or _owner_of(entry.meta) != owner:
+        running = self._running
+        if not _contains(running, rid):
+            return None
+        entry: _Entry = _peek(running, rid)
+        if entry.expires <= now or _owner_of(entry.meta) != owner:
             return None
         return entry
 
