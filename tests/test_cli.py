@@ -21,7 +21,8 @@ _RUN_MAIN = "import sys; from idemtools.cli import main; sys.exit(main())"
 
 def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """The CLI in a child process, as a shell user runs it (real exit code, real stderr)."""
-    env = {**os.environ, "PYTHONPATH": ""}
+    # SDK import-time warnings (mcp 1.21's pydantic-settings) are not the CLI's output.
+    env = {**os.environ, "PYTHONPATH": "", "PYTHONWARNINGS": "ignore"}
     return subprocess.run(
         [sys.executable, "-m", "idemtools.cli", *args],
         cwd=cwd,
