@@ -180,6 +180,8 @@ def _respell(out: bytes) -> bytes | None:
     """Fix orjson's float spellings to JCS's; None when the output could be ambiguous."""
     if b"null" in out or b'\\"' in out or (not out.isascii() and _NON_BMP_UTF8.search(out)):
         return None
+    if b".0" not in out and b"e+" not in out and b"e-" not in out:
+        return out  # nothing either scan below could match (the usual case): skip building them
     spots = sorted(
         [m.start() for m in _INTEGRAL.finditer(out)] + [m.start() for m in _EXPONENT.finditer(out)]
     )
