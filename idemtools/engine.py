@@ -241,9 +241,11 @@ class Engine:
         # and its record, or the retry would run it again. anyio cancellation is held off by a
         # shield; on asyncio the call also runs in its own task, because a native
         # `task.cancel()` (asyncio.wait_for, a TaskGroup) goes through any anyio shield.
+        # The backend is looked up once per call (sniffio, ~1 us) and handed down.
+        on_asyncio = _on_asyncio()
         with anyio.CancelScope(shield=True):
-            body = self._execute_body(scope, key, owner, policy, run)
-            if _on_asyncio():
+            body = self._execute_body(scope, key, owner, policy, run, on_asyncio)
+            if on_asyncio:
                 task = asyncio.get_running_loop().create_task(body)
                 self._inflight.add(task)  # strong reference: the task may outlive its caller
                 task.add_done_callback(self._inflight.discard)
@@ -259,10 +261,11 @@ class Engine:
         owner: str,
         policy: Policy,
         run: Callable[[], Awaitable[Outcome]],
+        on_asyncio: bool,
     ) -> Outcome:
         if policy.transactional and isinstance(self.store, TransactionalStore):
-            return await self._execute_in_transaction(scope, key, owner, policy, run)
-        outcome = await self._run_renewed(scope, key, owner, policy, run)
+            return await self._execute_in_transaction(scope, key, owner, policy, run, on_asyncio)
+        outcome = await self._run_renewed(scope, key, owner, policy, run, on_asyncio)
         await self._finish(scope, key, owner, policy, outcome)
         return outcome
 
@@ -273,6 +276,7 @@ class Engine:
         owner: str,
         policy: Policy,
         run: Callable[[], Awaitable[Outcome]],
+        on_asyncio: bool,
     ) -> Outcome:
         """Run the tool while its lease is renewed every lease/3, and never after it ends.
 
@@ -280,12 +284,15 @@ class Engine:
         lease/3 costs one timer, no task. When the timer fires, a task runs `_renew` from
         there on. On trio, a task group runs `_renew` beside the tool.
         """
-        if _on_asyncio():
+        if on_asyncio:
             renewal = _AsyncioRenewal(self, scope, key, owner, policy.lease)
             try:
                 return await self._run(key, run)
             finally:
-                await renewal.stop()
+                if renewal.task is None:
+                    renewal.cancel_timer()  # the usual case: no renewal was due, nothing to await
+                else:
+                    await renewal.stop()
         outcome: Outcome | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._renew, scope, key, owner, policy.lease)
@@ -311,11 +318,12 @@ class Engine:
         owner: str,
         policy: Policy,
         run: Callable[[], Awaitable[Outcome]],
+        on_asyncio: bool,
     ) -> Outcome:
         assert isinstance(self.store, TransactionalStore)
         try:
             async with self.store.execution(scope, key, owner):
-                outcome = await self._run_renewed(scope, key, owner, policy, run)
+                outcome = await self._run_renewed(scope, key, owner, policy, run, on_asyncio)
                 await self._finish(scope, key, owner, policy, outcome, strict=True)
         except Exception as exc:
             # Nothing the tool wrote was committed: say so, and free the key for a retry.
@@ -423,10 +431,13 @@ class _AsyncioRenewal:
         coro = self.engine._renew(self.scope, self.key, self.owner, self.lease, wait_first=False)
         self.task = self.loop.create_task(coro)
 
-    async def stop(self) -> None:
+    def cancel_timer(self) -> None:
         if self.handle is not None:
             self.handle.cancel()
             self.handle = None
+
+    async def stop(self) -> None:
+        self.cancel_timer()
         task = self.task
         if task is None:
             return
