@@ -142,6 +142,11 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
             if key is None:
                 return await inner(req)
 
+            # The SDK's own answer and the outcome recorded from it, kept so that the call that
+            # ran is answered with that very object rather than a model re-validated from its
+            # JSON (a second pydantic pass over the whole result).
+            ran: list[Any] = []
+
             async def run() -> Outcome:
                 try:
                     result = await inner(req)
@@ -152,9 +157,11 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
                     log.exception("tools/call handler raised")
                     return Outcome.of_error(types.INTERNAL_ERROR, "Internal error")
                 root: Any = getattr(result, "root", result)
-                return Outcome(
+                outcome = Outcome(
                     result=root.model_dump(by_alias=True, mode="json", exclude_none=True)
                 )
+                ran[:] = (outcome, result)
+                return outcome
 
             call = ToolCall(
                 name=params.name,
@@ -168,6 +175,8 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
             await anyio.lowlevel.checkpoint_if_cancelled()
             if outcome.error is not None:
                 raise McpError(types.ErrorData.model_validate(outcome.error))
+            if ran and outcome is ran[0]:  # this call ran the tool: its own result, unchanged
+                return ran[1]
             assert outcome.result is not None
             model = _result_model(outcome.result)
             return types.ServerResult(model.model_validate(outcome.result))
