@@ -38,7 +38,7 @@ __all__ = ["IdempotencyMiddleware", "adapt", "declare_key_field"]
 
 log = logging.getLogger("idemtools")
 
-_CONTINUATION = ("requestState", "inputResponses")
+_CONTINUATION = frozenset({"requestState", "inputResponses"})
 
 
 def declare_key_field() -> None:
@@ -121,17 +121,24 @@ class IdempotencyMiddleware:
         return policy_of(getattr(tool, "fn", None)) if tool is not None else None
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
-        if ctx.request_id is None:  # notifications
-            return await call_next(ctx)
+        # Every request passes here: the common cases (another method, an unkeyed call) are
+        # decided with as few lookups as possible, before anything is built.
         method = ctx.method
-        if method in ("initialize", "server/discover"):
-            return _advertise(await call_next(ctx))
+        if method != "tools/call":
+            if method in ("initialize", "server/discover") and ctx.request_id is not None:
+                return _advertise(await call_next(ctx))
+            return await call_next(ctx)
         params = ctx.params
-        if method != "tools/call" or not params:
+        if not params or ctx.request_id is None:  # no params, or a notification
             return await call_next(ctx)
         key = params.get(_fields.WIRE_NAME)
         # MRTR continuations are outside SEP-3182 (its Scope section): run, touch no record.
-        if key is None or any(name in params for name in _CONTINUATION):
+        if key is None or not _CONTINUATION.isdisjoint(params):
+            return await call_next(ctx)
+        name = params.get("name")
+        arguments = params.get("arguments")
+        if not isinstance(name, str) or not (isinstance(arguments, dict) or arguments is None):
+            # Malformed params: the SDK refuses them as it always does; nothing to deduplicate.
             return await call_next(ctx)
 
         async def run() -> Outcome:
@@ -144,11 +151,6 @@ class IdempotencyMiddleware:
             final = result.get("resultType", "complete") != "input_required"
             return Outcome(result=result, final=final)
 
-        name = params.get("name")
-        arguments = params.get("arguments")
-        if not isinstance(name, str) or not (isinstance(arguments, dict) or arguments is None):
-            # Malformed params: the SDK refuses them as it always does; nothing to deduplicate.
-            return await call_next(ctx)
         call = ToolCall(
             name=name,
             arguments=arguments,
