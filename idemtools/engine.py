@@ -16,6 +16,7 @@ so no adapter can forget to translate one. The engine never imports an adapter o
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import math
@@ -466,6 +467,13 @@ def _scope_hash(policy: Policy, context: CallContext, key: str) -> str:
         raise ScopeUnavailableError(f"the tool's scope strategy failed: {exc}", key=key) from exc
     if not isinstance(value, str) or not value:
         raise ScopeUnavailableError("the tool's scope strategy returned no scope", key=key)
+    return _scope_digest(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _scope_digest(value: str) -> str:
+    # A server sees few distinct scopes (one local user, its callers): remember their hashes
+    # rather than run SHA-256 on every keyed call. Bounded; the values are already in memory.
     return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
