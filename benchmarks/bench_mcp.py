@@ -3,9 +3,10 @@
     python benchmarks/bench_mcp.py            # the installed mcp line
     python benchmarks/bench_mcp.py --calls 3000
 
-Four kinds of call, interleaved round-robin so machine noise hits them alike, each sent through
-the same client path (a `CallToolRequest` built by hand): a bare server without idemtools, and
-with idemtools installed (MemoryStore) a keyed first execution, a replay, and an unkeyed call.
+Four kinds of call, interleaved in a freshly shuffled order every round so that machine noise
+and after-effects of the previous call hit them alike, each sent through the same client path
+(a `CallToolRequest` built by hand): a bare server without idemtools, and with idemtools
+installed (MemoryStore) a keyed first execution, a replay, and an unkeyed call.
 Medians and ratios to bare; goals: first ≤ 1.10x, replay ≤ 1.0x, unkeyed ≤ 1.02x.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.metadata
+import random
 import statistics
 import time
 import uuid
@@ -69,11 +71,13 @@ async def main(calls: int) -> None:
         for _ in range(50):  # warm both paths
             await timed(bare, None)
             await timed(idem, None)
+        kinds = list(samples)
         for _ in range(calls):
-            samples["bare"].append(await timed(bare, None))
-            samples["first"].append(await timed(idem, uuid.uuid4().hex))
-            samples["replay"].append(await timed(idem, "warm-replay"))
-            samples["unkeyed"].append(await timed(idem, None))
+            random.shuffle(kinds)
+            for kind in kinds:
+                session = bare if kind == "bare" else idem
+                key = {"first": uuid.uuid4().hex, "replay": "warm-replay"}.get(kind)
+                samples[kind].append(await timed(session, key))
     version = importlib.metadata.version("mcp")
     base = statistics.median(samples["bare"])
     goals = {"bare": "", "first": "<= 1.10", "replay": "<= 1.00", "unkeyed": "<= 1.02"}
