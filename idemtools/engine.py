@@ -218,7 +218,9 @@ class Engine:
         """Await a store operation; anything but a refusal means the store is unavailable."""
         try:
             return await op
-        except RefusedError:
+        except RefusedError as exc:
+            if exc.key is None:  # stores do not know the raw key; the client's error data does
+                exc.key = key
             raise
         except Exception as exc:
             self.stats.store_errors += 1

@@ -25,6 +25,7 @@ from idemtools import (
     Policy,
     Registry,
     ScopeUnavailableError,
+    StoreUnavailableError,
     by_auth_subject,
     fingerprint,
     per_session,
@@ -807,6 +808,20 @@ async def test_store_unavailable_refuses_and_does_not_run(store: MemoryStore) ->
     assert answer.error["code"] == ErrorCodes().idempotency_store_unavailable
     assert tool.calls == 0
     assert engine.stats.store_errors == 1
+
+
+class ClaimRefusedByStore(Wrap):
+    async def claim(
+        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
+    ) -> Claim:
+        # Stores raise their own typed refusal without the client's key (they never see it raw).
+        raise StoreUnavailableError("SQLite store 'x.db' failed: database is locked")
+
+
+async def test_store_refusal_echoes_the_clients_key(store: MemoryStore) -> None:
+    engine = Engine(ClaimRefusedByStore(store), registry=Registry())
+    answer = await engine.handle(call("k-echo"), Tool())
+    assert data(answer) == {"type": "idempotency_store_unavailable", "idempotencyKey": "k-echo"}
 
 
 class CompleteFails(Wrap):

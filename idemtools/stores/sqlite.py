@@ -182,7 +182,7 @@ class SQLiteStore:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             # WAL lets readers run beside the one writer; the mode is stored in the file, so
             # only the first connection ever changes it (":memory:" answers "memory").
-            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            self._enter_wal(conn)
             conn.execute("BEGIN IMMEDIATE")
             for statement in _SCHEMA:
                 conn.execute(statement)
@@ -191,6 +191,25 @@ class SQLiteStore:
             conn.close()
             raise
         return conn
+
+    def _enter_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL, retrying a bounded while if another connection holds it.
+
+        Changing the journal mode needs the file to itself, and SQLite answers "database is
+        locked" at once rather than through the busy handler when another connection (say a
+        second store opening the same new file) is busy: so we wait here, up to busy_timeout.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.005
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)  # a worker thread, never the event loop
+            pause = min(pause * 2, 0.2)
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn` on the connection, in the calling (worker) thread, under the lock."""
