@@ -379,21 +379,25 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
 
         return await self._run(op, key)
 
+    @staticmethod
+    async def _in_tx(tx: _Tx, query: str, params: tuple[Any, ...], key: str) -> bool:
+        """One write through the tool's transaction (inside `execution()`): no retry, since a
+        broken connection loses the transaction anyway; errors propagate to the engine."""
+        try:
+            cur = await tx.conn.execute(query, params)
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(
+                f"PostgreSQL failed inside the transaction: {exc!r}", key=key
+            ) from exc
+        return cur.rowcount == 1
+
     async def complete(
         self, scope: str, key: str, owner: str, outcome: bytes, retention: float
     ) -> bool:
         params = (outcome, retention, _b(scope), _b(key), owner)
         tx = self._tx_for(scope, key, owner)
         if tx is not None:
-            # Inside execution(): through the tool's transaction, no retry (a broken
-            # connection means the transaction is lost anyway), errors propagate to the engine.
-            try:
-                cur = await tx.conn.execute(self._q_complete, params)
-            except psycopg.Error as exc:
-                raise StoreUnavailableError(
-                    f"PostgreSQL failed inside the transaction: {exc!r}", key=key
-                ) from exc
-            return cur.rowcount == 1
+            return await self._in_tx(tx, self._q_complete, params, key)
 
         async def op(conn: AsyncConnection[Any], retrying: bool) -> bool:
             query = self._q_complete_retry if retrying else self._q_complete
@@ -406,13 +410,7 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         params = (_b(scope), _b(key), owner)
         tx = self._tx_for(scope, key, owner)
         if tx is not None:
-            try:
-                cur = await tx.conn.execute(self._q_release, params)
-            except psycopg.Error as exc:
-                raise StoreUnavailableError(
-                    f"PostgreSQL failed inside the transaction: {exc!r}", key=key
-                ) from exc
-            return cur.rowcount == 1
+            return await self._in_tx(tx, self._q_release, params, key)
 
         async def op(conn: AsyncConnection[Any], _retrying: bool) -> bool:
             cur = await conn.execute(self._q_release, params)
