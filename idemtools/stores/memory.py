@@ -101,11 +101,12 @@ class MemoryStore:
             raise ValueError("max_records must be at least 1")
         self.max_records = max_records
         self._clock = clock
-        # We never let either cache reach the point of evicting: `claim` checks the total first.
-        self._running: TLRUCache[bytes, _Entry] = TLRUCache(
-            maxsize=max_records, ttu=_ttu, timer=clock
-        )
-        self._done: TLRUCache[bytes, _Entry] = TLRUCache(maxsize=max_records, ttu=_ttu, timer=clock)
+        # We never let either cache reach the point of evicting: `claim` checks the total first,
+        # and the caches' own bound is twice ours, so a late completion that re-creates an
+        # expired claim (at most one per claim that was admitted) can never evict a record.
+        room = 2 * max_records
+        self._running: TLRUCache[bytes, _Entry] = TLRUCache(maxsize=room, ttu=_ttu, timer=clock)
+        self._done: TLRUCache[bytes, _Entry] = TLRUCache(maxsize=room, ttu=_ttu, timer=clock)
         # Async callers run these under one event loop; the lock makes threaded use safe too.
         self._lock = threading.Lock()
 
@@ -206,15 +207,33 @@ class MemoryStore:
             return True
 
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool:
         rid = self._id(scope, key)
         with self._lock:
             now = self._clock()
-            entry = self._held(rid, owner, now)
-            if entry is None:
+            done = self._done
+            if _contains(done, rid) and _peek(done, rid).expires > now:
+                return False  # a completed record is final
+            running = self._running
+            if _contains(running, rid):
+                # Late completion: our own claim, live or not, as long as nobody re-claimed.
+                entry: _Entry = _peek(running, rid)
+                if _owner_of(entry.meta) != owner:
+                    return False
+                self._drop_running(rid)
+            elif fingerprint is not None:
+                # Our lease ran out and the expired claim is gone: nobody claimed since.
+                entry = _Entry(_pack(fingerprint, owner), now)
+            else:
                 return False
-            self._drop_running(rid)
             entry.outcome = outcome
             entry.expires = now + retention
             self._done[rid] = entry

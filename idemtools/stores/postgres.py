@@ -145,6 +145,7 @@ class PostgresStore:
         self._q_claim = q["claim"]
         self._q_renew = q["renew"]
         self._q_complete = q["complete"]
+        self._q_complete_late = q["complete_late"]
         self._q_complete_retry = q["complete_retry"]
         self._q_release = q["release"]
         self._q_get = q["get"]
@@ -380,7 +381,7 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         return await self._run(op, key)
 
     @staticmethod
-    async def _in_tx(tx: _Tx, query: str, params: tuple[Any, ...], key: str) -> bool:
+    async def _in_tx(tx: _Tx, query: str, params: Any, key: str) -> bool:
         """One write through the tool's transaction (inside `execution()`): no retry, since a
         broken connection loses the transaction anyway; errors propagate to the engine."""
         try:
@@ -392,16 +393,35 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         return cur.rowcount == 1
 
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool:
-        params = (outcome, retention, _b(scope), _b(key), owner)
+        params = {
+            "v": outcome,
+            "ret": retention,
+            "s": _b(scope),
+            "k": _b(key),
+            "o": owner,
+            "f": fingerprint,
+        }
+        # One statement either way: the UPDATE of our claim, or (with a fingerprint) the
+        # INSERT that also records a claim that expired and was purged meanwhile.
+        query = self._q_complete if fingerprint is None else self._q_complete_late
         tx = self._tx_for(scope, key, owner)
         if tx is not None:
-            return await self._in_tx(tx, self._q_complete, params, key)
+            return await self._in_tx(tx, query, params, key)
 
         async def op(conn: AsyncConnection[Any], retrying: bool) -> bool:
-            query = self._q_complete_retry if retrying else self._q_complete
-            cur = await conn.execute(query, params)
+            cur = await conn.execute(
+                self._q_complete_retry if retrying and fingerprint is not None else query,
+                params,
+            )
             return cur.rowcount == 1
 
         return await self._run(op, key)
@@ -507,16 +527,28 @@ WHERE scope = %(s)s AND key = %(k)s AND {live} AND NOT EXISTS (SELECT 1 FROM ins
             """UPDATE {t} SET expires_at = {now} + make_interval(secs => %s)
 WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {live}"""
         ),
+        # Late completion: our claim, live or expired, as long as nobody re-claimed it; with a
+        # fingerprint (never NULL from the engine) a claim that was purged is recorded anew.
+        # Without one the INSERT's NOT NULL check fails, so the UPDATE path is tried alone.
         "complete": sql.SQL(
-            """UPDATE {t} SET status = 'c', outcome = %s,
-    expires_at = {now} + make_interval(secs => %s)
-WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {live}"""
+            """UPDATE {t} SET status = 'c', outcome = %(v)s,
+    expires_at = {now} + make_interval(secs => %(ret)s)
+WHERE scope = %(s)s AND key = %(k)s AND owner = %(o)s AND status = 'p'"""
+        ),
+        "complete_late": sql.SQL(
+            """INSERT INTO {t} AS r (scope, key, status, fingerprint, owner, outcome, expires_at)
+VALUES (%(s)s, %(k)s, 'c', %(f)s, %(o)s, %(v)s, {now} + make_interval(secs => %(ret)s))
+ON CONFLICT (scope, key) DO UPDATE
+    SET status = 'c', outcome = EXCLUDED.outcome, expires_at = EXCLUDED.expires_at
+    WHERE r.owner = EXCLUDED.owner AND r.status = 'p'"""
         ),
         # A resent complete: if our own first attempt already completed it, say so.
         "complete_retry": sql.SQL(
-            """UPDATE {t} SET status = 'c', outcome = %s,
-    expires_at = {now} + make_interval(secs => %s)
-WHERE scope = %s AND key = %s AND owner = %s AND status IN ('p', 'c') AND {live}"""
+            """INSERT INTO {t} AS r (scope, key, status, fingerprint, owner, outcome, expires_at)
+VALUES (%(s)s, %(k)s, 'c', %(f)s, %(o)s, %(v)s, {now} + make_interval(secs => %(ret)s))
+ON CONFLICT (scope, key) DO UPDATE
+    SET status = 'c', outcome = EXCLUDED.outcome, expires_at = EXCLUDED.expires_at
+    WHERE r.owner = EXCLUDED.owner AND r.status IN ('p', 'c')"""
         ),
         "release": sql.SQL(
             """DELETE FROM {t}

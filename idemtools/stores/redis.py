@@ -21,7 +21,9 @@ Why it is built this way:
   servers or applications share one Redis database without colliding.
 * **Fencing by owner token**: renew, complete and release act only when the record is still
   in progress and still carries the caller's owner token, so a process whose lease ran out can
-  never touch a newer claim or a completed record.
+  never touch a newer claim or a completed record. `complete` alone also succeeds once the
+  lease ran out and Redis deleted the claim, if no other record took its place (late
+  completion: an outcome is lost only when a second execution already began).
 * **Failures fail closed.** Any connection error, timeout or server error becomes
   `StoreUnavailableError` chained from the driver's exception (an out-of-memory refusal becomes
   `StoreFullError`: Redis is full, and records are never dropped to make room). The client
@@ -108,10 +110,19 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 
-# ARGV[4] == '1' on a retry: our own earlier complete may already have landed.
+# ARGV[4] == '1' on a retry: our own earlier complete may already have landed. ARGV[5] is the
+# fingerprint, or '' when the caller gave none. Late completion: the claim's lease may have run
+# out (Redis then deleted the key): with nobody else's record in its place, the outcome is
+# recorded all the same; another owner's claim or any completed record is never overwritten.
 _COMPLETE = """
 local r = redis.pcall('HMGET', KEYS[1], 's', 'o')
 if type(r) == 'table' and r.err then return 0 end
+if not r[1] and not r[2] then
+  if ARGV[5] == '' or redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+  redis.call('HSET', KEYS[1], 's', 'c', 'f', ARGV[5], 'o', ARGV[1], 'v', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return 1
+end
 if r[2] ~= ARGV[1] then return 0 end
 if r[1] == 'c' and ARGV[4] == '1' then return 1 end
 if r[1] ~= 'p' then return 0 end
@@ -328,12 +339,19 @@ class RedisStore:
         return await self._call(op, key)
 
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool:
         name = self.key_name(scope, key)
 
         async def op(retrying: bool) -> bool:
-            args = (owner, outcome, _ms(retention), int(retrying))
+            args = (owner, outcome, _ms(retention), int(retrying), fingerprint or "")
             return bool(await self._eval(self._complete, name, *args))
 
         return await self._call(op, key)

@@ -324,14 +324,32 @@ class SQLiteStore:
         return await self._run(self._write(op))
 
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool:
         s, k, data = _b(scope), _b(key), bytes(outcome)
 
         def op(conn: sqlite3.Connection, now: float) -> bool:
+            # Late completion: our claim, live or expired, as long as nobody re-claimed it.
             cur = conn.execute(
-                f"UPDATE {_TABLE} SET status = 'completed', outcome = ?, expires = ? WHERE {_HELD}",
-                (data, now + retention, s, k, owner, now),
+                f"UPDATE {_TABLE} SET status = 'completed', outcome = ?, expires = ? "
+                "WHERE scope = ? AND key = ? AND owner = ? AND status = 'in_progress'",
+                (data, now + retention, s, k, owner),
+            )
+            if cur.rowcount == 1 or fingerprint is None:
+                return cur.rowcount == 1
+            # Our expired claim was deleted by a cleanup: record it anew unless a row exists.
+            cur = conn.execute(
+                f"INSERT OR IGNORE INTO {_TABLE} "
+                "(scope, key, status, fingerprint, owner, expires, outcome) "
+                "VALUES (?, ?, 'completed', ?, ?, ?, ?)",
+                (s, k, fingerprint, owner, now + retention, data),
             )
             return cur.rowcount == 1
 

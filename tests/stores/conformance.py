@@ -290,11 +290,89 @@ class StoreConformance:
         store = await self.open()
         await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
         await self.advance(self.LEASE * 1.5)
-        # Nobody re-claimed, but the lease is over: the claim is gone, not revivable.
+        # Nobody re-claimed, but the lease is over: the claim cannot be renewed or released.
         assert await store.renew(SCOPE, "k", "o1", self.LEASE) is False
-        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION) is False
         assert await store.release(SCOPE, "k", "o1") is False
         assert await store.get(SCOPE, "k") is None
+
+    # -- late completion (semantics.md, Fencing) -------------------------------------------
+
+    async def test_late_completion_records_when_nobody_claimed(self) -> None:
+        # A tool that blocked past its lease: its outcome is still recorded, then replayed.
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        await self.advance(self.LEASE * 1.5)
+        assert await store.get(SCOPE, "k") is None  # the lease ran out...
+        ok = await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION, fingerprint=FP1)
+        assert ok is True  # ...but nobody else claimed, so the outcome is kept
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert (record.status, record.fingerprint, record.owner, record.outcome) == (
+            Status.COMPLETED,
+            FP1,
+            "o1",
+            OUTCOME,
+        )
+        self.assert_remaining(record, self.RETENTION)
+        replay = await store.claim(SCOPE, "k", FP1, "o2", self.LEASE)
+        assert replay.claimed is False and replay.existing is not None
+        assert replay.existing.outcome == OUTCOME
+
+    async def test_late_completion_long_after_the_lease(self) -> None:
+        # Long enough for every store to have forgotten the expired claim entirely.
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        await self._fill_expired_and_purge(store)
+        ok = await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION, fingerprint=FP1)
+        assert ok is True
+        record = await store.get(SCOPE, "k")
+        assert record is not None and record.status is Status.COMPLETED
+        assert record.fingerprint == FP1
+
+    async def _fill_expired_and_purge(self, store: Store) -> None:
+        await self.advance(self.LEASE * 3)
+        # Claims of other keys give stores that clean up lazily (on writes) their chance.
+        for i in range(3):
+            assert (await store.claim(SCOPE, f"other{i}", FP1, f"x{i}", self.LEASE)).claimed
+        purge = getattr(store, "purge_expired", None)
+        if purge is not None:
+            await purge()
+
+    async def test_late_completion_refused_after_another_claim(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "late", self.LEASE)
+        await self.advance(self.LEASE * 1.5)
+        assert (await store.claim(SCOPE, "k", FP1, "second", self.LEASE)).claimed
+        # A second execution began: the late owner's outcome must not replace its claim.
+        late = await store.complete(SCOPE, "k", "late", b'{"late":1}', self.LONG, fingerprint=FP1)
+        assert late is False
+        await self.in_progress(store, "k", "second")
+        assert await store.complete(SCOPE, "k", "second", OUTCOME, self.RETENTION, fingerprint=FP1)
+        late = await store.complete(SCOPE, "k", "late", b'{"late":1}', self.LONG, fingerprint=FP1)
+        assert late is False
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert (record.owner, record.outcome) == ("second", OUTCOME)
+
+    async def test_late_completion_refused_after_expired_other_claim(self) -> None:
+        # Another owner claimed after our lease ran out, and its own lease ran out too: a
+        # second execution began, so the first owner's late outcome is refused.
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "first", self.LEASE)
+        await self.advance(self.LEASE * 1.5)
+        assert (await store.claim(SCOPE, "k", FP1, "second", self.LEASE)).claimed
+        await self.advance(self.LEASE * 0.5)
+        late = await store.complete(SCOPE, "k", "first", OUTCOME, self.RETENTION, fingerprint=FP1)
+        assert late is False
+
+    async def test_complete_twice_keeps_the_first_outcome(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION, fingerprint=FP1)
+        again = await store.complete(SCOPE, "k", "o1", b'{"x":2}', self.LONG, fingerprint=FP1)
+        assert again is False
+        record = await store.get(SCOPE, "k")
+        assert record is not None and record.outcome == OUTCOME
 
     # -- time ------------------------------------------------------------------------------
 
