@@ -253,5 +253,10 @@ class MemoryStore:
             found = self._find(self._id(scope, key), now)
             return None if found is None else self._record(*found, now)
 
+    def for_lease_keeper(self) -> MemoryStore:
+        """This store itself: its operations take a thread lock and never await, so the lease
+        keeper's thread may call them from its own event loop."""
+        return self
+
     async def aclose(self) -> None:
         return None

@@ -193,6 +193,21 @@ class PostgresStore:
             _owns_pool=True,
         )
 
+    def for_lease_keeper(self) -> PostgresStore:
+        """The same table through a small pool of its own (at most 2 connections), for the lease
+        keeper's thread. Renewals therefore never wait behind the tools' transactions for a
+        connection of the main pool, however busy it is."""
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self._pool.conninfo,
+            min_size=1,
+            max_size=2,
+            kwargs=_with_autocommit(self._pool.kwargs),
+            timeout=self._pool.timeout,
+            open=False,
+            name="idemtools-lease-keeper",
+        )
+        return PostgresStore(pool, table=self.table, purge_every=0, _owns_pool=True)
+
     @property
     def pool(self) -> AsyncConnectionPool[Any]:
         return self._pool
@@ -481,6 +496,11 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         if self._owns_pool and self._opened:
             self._opened = False
             await self._pool.close()
+
+
+def _with_autocommit(kwargs: Any) -> Any:
+    # psycopg_pool 3.3 also accepts a callable that builds the kwargs: that one is kept as is.
+    return {**kwargs, "autocommit": True} if isinstance(kwargs, dict) else kwargs
 
 
 def _is_connection_failure(exc: psycopg.OperationalError) -> bool:

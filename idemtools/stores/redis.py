@@ -149,6 +149,10 @@ _CONNECTION_ERRORS = (
 )
 
 
+# Connection settings a pool keeps for itself (redis-py 6+): never copied into another pool.
+_POOL_PRIVATE = ("himport_registry", "maint_notifications", "orig_")
+
+
 def _ms(seconds: float) -> int:
     """Seconds → whole milliseconds for PEXPIRE, never 0 (PEXPIRE 0 deletes the key)."""
     return max(1, round(seconds * 1000))
@@ -228,6 +232,27 @@ class RedisStore:
         kwargs.update(client_kwargs)
         client = Redis.from_url(url, **kwargs)
         return cls(client, prefix=prefix, _owns_client=True)
+
+    def for_lease_keeper(self) -> RedisStore | None:
+        """A store on the same records with a small client of its own, for the lease keeper's
+        thread (a redis-py asyncio client belongs to the event loop that first used it).
+
+        Built from this client's connection settings; None for a `RedisCluster`, whose
+        renewals then go through the server's own event loop (see `idemtools.lease_keeper`).
+        """
+        pool = getattr(self._client, "connection_pool", None)
+        if not isinstance(self._client, Redis) or pool is None:
+            return None
+        settings = {
+            name: value
+            for name, value in pool.connection_kwargs.items()
+            if not name.startswith(_POOL_PRIVATE)  # bound to the original pool
+        }
+        keeper_pool = type(pool)(
+            connection_class=pool.connection_class, max_connections=4, **settings
+        )
+        client = Redis(connection_pool=keeper_pool)
+        return RedisStore(client, prefix=self.prefix, _owns_client=True)
 
     @property
     def client(self) -> Redis | RedisCluster:

@@ -374,6 +374,17 @@ class SQLiteStore:
 
         return await self._run(op)
 
+    def for_lease_keeper(self) -> SQLiteStore:
+        """The same file through a connection of its own, for the lease keeper's thread (this
+        store's worker limiter belongs to the event loop that first used it)."""
+        return SQLiteStore(
+            self.path,
+            max_records=self.max_records,
+            clock=self._clock,
+            busy_timeout=self.busy_timeout,
+            cleanup_batch=self.cleanup_batch,
+        )
+
     async def aclose(self) -> None:
         """Close the connection; later operations raise `StoreUnavailableError`. Idempotent."""
 
