@@ -56,8 +56,10 @@ class Installation:
             )
         return [found[name] for name in sorted(found)]
 
-    async def aclose(self) -> None:
-        await self.engine.store.aclose()
+    async def aclose(self, grace: float | None = None) -> None:
+        """Shut down: refuse new keyed calls, let the running ones finish and be recorded
+        (at most `grace` seconds, by default their longest lease), then close the store."""
+        await self.engine.aclose(grace)
 
 
 def installation_of(server: Any) -> Installation | None:

@@ -126,10 +126,12 @@ def host_port(url: str, default_port: int) -> tuple[str, int]:
 
 class TcpProxy:
     """A TCP relay on 127.0.0.1 to a real server; `stop()` cuts every connection, `start()`
-    listens again on the same port. Runs in the test's event loop."""
+    listens again on the same port. `delay` holds every chunk sent to the server that long
+    (a slow network, so a request can be caught on its way). Runs in the test's event loop."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, *, delay: float = 0.0) -> None:
         self.target = (target_host, target_port)
+        self.delay = delay  # seconds each chunk waits before it goes on to the server
         self.port = 0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -155,9 +157,13 @@ class TcpProxy:
             return
         self._writers.update((writer, up_writer))
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(
+            src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool
+        ) -> None:
             try:
                 while data := await src.read(65536):
+                    if upstream and self.delay:
+                        await asyncio.sleep(self.delay)
                     dst.write(data)
                     await dst.drain()
             except (OSError, asyncio.CancelledError):
@@ -165,7 +171,7 @@ class TcpProxy:
             finally:
                 dst.transport.abort()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
         self._writers.discard(writer)
         self._writers.discard(up_writer)
 
