@@ -136,6 +136,7 @@ class Engine:
         self.mark_replays = mark_replays
         self.stats = EngineStats()
         self.release_retry_delay = 1.0
+        self.record_retry_for = 5.0
         self.keeper = LeaseKeeper(store, on_lost=self._lease_lost, on_error=self._renewal_failed)
         self._background: set[asyncio.Task[Any]] = set()
         self._executing: set[_Execution] = set()
@@ -200,6 +201,9 @@ class Engine:
         background (fenced by the owner token, so it can never free anyone else's claim).
         """
         ex = execution
+        # The keeper holds the lease from before the claim is sent: if this event loop blocks
+        # between the claim landing and this coroutine seeing the answer, it is renewed anyway.
+        held = ex.held = self.keeper.hold(ex.scope, ex.key, ex.owner, ex.policy.lease)
         try:
             with anyio.CancelScope(shield=True):
                 claim: Claim = await self._store(
@@ -207,10 +211,19 @@ class Engine:
                     ex.key,
                 )
         except asyncio.CancelledError:
+            self.keeper.drop(held)
             self._release_later(ex)
             raise
-        if claim.claimed and anyio.current_effective_deadline() == -math.inf:
+        except BaseException:
+            self.keeper.drop(held)
+            raise
+        if not claim.claimed:
+            self.keeper.drop(held)
+            return claim
+        held.claimed = True
+        if anyio.current_effective_deadline() == -math.inf:
             # Cancelled while claiming: nothing ran, so free the key before going on.
+            self.keeper.drop(held)
             with anyio.CancelScope(shield=True):
                 await self._release_quietly(ex)
             await anyio.lowlevel.checkpoint()  # delivers the pending cancellation
@@ -314,25 +327,22 @@ class Engine:
         return outcome
 
     async def _execute_body(self, ex: _Execution, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        # The lease keeper renews the claim, off this event loop, from the claim (see `_claim`)
+        # until the outcome is recorded (a record written after a store outage included).
         self._executing.add(ex)
+        held = ex.held
         try:
             if ex.policy.transactional and isinstance(self.store, TransactionalStore):
                 return await self._execute_in_transaction(ex, run)
-            outcome = await self._run_renewed(ex, run)
+            outcome = await self._run(ex.key, run)
             await self._finish(ex, outcome)
             return outcome
         finally:
+            if held is not None:
+                self.keeper.drop(held)
             self._executing.discard(ex)
             if not self._executing and self._idle is not None:
                 self._idle.set()
-
-    async def _run_renewed(self, ex: _Execution, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
-        """Run the tool while the lease keeper renews its claim (off this event loop)."""
-        held = self.keeper.hold(ex.scope, ex.key, ex.owner, ex.policy.lease)
-        try:
-            return await self._run(ex.key, run)
-        finally:
-            self.keeper.drop(held)
 
     @staticmethod
     async def _run(key: str, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
@@ -348,7 +358,7 @@ class Engine:
         assert isinstance(self.store, TransactionalStore)
         try:
             async with self.store.execution(ex.scope, ex.key, ex.owner):
-                outcome = await self._run_renewed(ex, run)
+                outcome = await self._run(ex.key, run)
                 await self._finish(ex, outcome, strict=True)
         except Exception as exc:
             # Nothing the tool wrote was committed: say so, and free the key for a retry.
@@ -400,9 +410,7 @@ class Engine:
                         key=key,
                     )
                 ).to_bytes()
-            recorded = await self.store.complete(
-                ex.scope, key, ex.owner, data, ex.policy.retention, fingerprint=ex.fingerprint
-            )
+            recorded = await self._complete(ex, data, retry=not strict)
             if not recorded:
                 # Late completion succeeds whenever nobody else claimed the key, so this
                 # means a second execution began while this one ran.
@@ -420,6 +428,37 @@ class Engine:
             # The caller still gets its answer; the claim ends by lease.
             self.stats.record_failures += 1
             log.error("could not record outcome key_digest=%s: %r", key_digest(key), exc)
+
+    async def _complete(self, ex: _Execution, data: bytes, *, retry: bool) -> bool:
+        """`store.complete`, tried again for up to `record_retry_for` seconds while the store
+        is unreachable: the claim stays renewed meanwhile, so a store that comes back (a Redis
+        restart, a database failover) gets the record and no retry runs the tool again."""
+        deadline = anyio.current_time() + (self.record_retry_for if retry else 0.0)
+        pause = 0.05
+        while True:
+            try:
+                return await self.store.complete(
+                    ex.scope,
+                    ex.key,
+                    ex.owner,
+                    data,
+                    ex.policy.retention,
+                    fingerprint=ex.fingerprint,
+                )
+            except Exception as exc:
+                refused = isinstance(exc, RefusedError)
+                if refused and not isinstance(exc, StoreUnavailableError):
+                    raise  # a decision (store full, corrupt record), not an outage
+                if anyio.current_time() + pause > deadline:
+                    raise
+                self.stats.store_errors += 1
+                log.warning(
+                    "recording the outcome failed, trying again key_digest=%s: %r",
+                    key_digest(ex.key),
+                    exc.__cause__ if refused and exc.__cause__ else exc,
+                )
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     # -- shutdown -------------------------------------------------------------------------------
 
@@ -471,6 +510,7 @@ class _Execution:
     fingerprint: str
     owner: str  # unique per execution: fences a stale owner
     policy: Policy
+    held: Lease | None = None  # the lease keeper's hold on the claim
 
 
 def _on_asyncio() -> bool:

@@ -42,7 +42,18 @@ the next claim): an idle server, or a test suite with many engines, keeps no thr
 class Lease:
     """One live claim the keeper renews: every `lease / 3` seconds until it is dropped."""
 
-    __slots__ = ("done", "due", "ident", "key", "lease", "loop", "owner", "renewing", "scope")
+    __slots__ = (
+        "claimed",
+        "done",
+        "due",
+        "ident",
+        "key",
+        "lease",
+        "loop",
+        "owner",
+        "renewing",
+        "scope",
+    )
 
     def __init__(
         self,
@@ -63,6 +74,9 @@ class Lease:
         self.loop = loop  # the caller's asyncio loop, for stores without a keeper connection
         self.done = False  # dropped by the engine: a renewal still under way is ignored
         self.renewing = False  # a renewal is under way: never two at once for one claim
+        # Held before the claim is sent (the loop may block between the claim landing and the
+        # engine seeing the answer); until the engine confirms it, "not held" is no loss.
+        self.claimed = False
 
 
 class LeaseKeeper:
@@ -226,7 +240,7 @@ class LeaseKeeper:
             if not held.done:
                 self._on_error(held, exc)
         else:
-            if not ok and not held.done:
+            if not ok and not held.done and held.claimed:
                 self.drop(held)
                 self._on_lost(held)
         finally:
