@@ -487,6 +487,7 @@ async def test_byte_total_follows_every_write(
     store = SQLiteStore(path, clock=clock, cleanup_batch=1)
     opened.append(store)
     steps: list[int] = []
+    await store.claim(SCOPE, "first", "fp", "of", 1)  # expires first: the cleanup takes it
     await store.claim(SCOPE, "a", "fp", "oa", 5)
     steps.append(usage(path)[0])
     assert await store.complete(SCOPE, "a", "oa", b"x" * 1000, 5)  # outcome bytes added
@@ -497,8 +498,9 @@ async def test_byte_total_follows_every_write(
     assert await store.release(SCOPE, "b", "ob")  # deleted: its bytes go
     assert usage(path)[0] == steps[1]
     clock.advance(10)
-    # A claim over the expired row "a" replaces it (INSERT OR REPLACE): the old row's outcome
-    # must leave the total, which only recursive triggers make happen.
+    # A claim over the expired row "a" replaces it (INSERT OR REPLACE; the claim's bounded
+    # cleanup deleted only "first"): the old row's outcome must leave the total, which only
+    # recursive triggers make happen.
     await store.claim(SCOPE, "a", "fp", "oa2", 5)
     kept, actual = usage(path)
     assert kept == actual
