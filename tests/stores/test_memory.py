@@ -6,6 +6,7 @@ from idemtools.stores.base import Store
 from idemtools.stores.memory import MemoryStore
 
 from .conformance import FakeClock, StoreConformance
+from .flood import flood_scenario
 
 
 class TestMemoryStore(StoreConformance):
@@ -23,3 +24,7 @@ class TestMemoryStore(StoreConformance):
         if max_bytes is not None:
             bounds["max_bytes"] = max_bytes
         return MemoryStore(clock=clock, max_records_per_scope=max_records_per_scope, **bounds)
+
+
+async def test_flood_one_scope_others_unaffected() -> None:
+    await flood_scenario(MemoryStore(max_records_per_scope=5), 5)

@@ -36,6 +36,7 @@ from ..services import (
     with_port,
 )
 from .conformance import FakeClock, StoreConformance
+from .flood import flood_scenario
 from .test_redis import OK, Counter, _call, _check_race_records, _race, _type, crash_scenario
 
 pytestmark = pytest.mark.services
@@ -422,3 +423,14 @@ async def test_sigkill_mid_call_key_in_progress_until_lease_then_runs_again() ->
     store = await _new_store()
     await crash_scenario(store, "postgres", url, store.table, lease=1.0)
     await store.aclose()
+
+
+# -- per-scope quota ------------------------------------------------------------------------------
+
+
+async def test_flood_one_scope_others_unaffected() -> None:
+    store = await _new_store(max_records_per_scope=5)
+    try:
+        await flood_scenario(store, 5)
+    finally:
+        await store.aclose()

@@ -19,6 +19,7 @@ from idemtools.stores.base import Claim, Status, Store
 from idemtools.stores.sqlite import SQLiteStore
 
 from .conformance import FakeClock, StoreConformance
+from .flood import flood_scenario
 
 
 class TestSQLiteConformance(StoreConformance):
@@ -548,3 +549,11 @@ def test_bad_bounds_are_refused() -> None:
         SQLiteStore("x.db", max_bytes=0)
     with pytest.raises(ValueError):
         SQLiteStore("x.db", max_records_per_scope=0)
+
+
+async def test_flood_one_scope_others_unaffected(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "idem.db", max_records_per_scope=5)
+    try:
+        await flood_scenario(store, 5)
+    finally:
+        await store.aclose()
