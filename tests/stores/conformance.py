@@ -572,7 +572,7 @@ class StoreConformance:
         budget = 16 * 1024
         store = await self.open(max_bytes=budget)
         claimed = 0
-        with pytest.raises(StoreFullError):  # noqa: PT012 - the loop is what fills the store
+        with pytest.raises(StoreFullError):  # the loop fills the store until it refuses
             for i in range(budget):  # every key and owner of one length: records of one size
                 await store.claim(SCOPE, f"k{i:05d}", FP1, f"o{i:05d}", self.LONG)
                 claimed += 1
