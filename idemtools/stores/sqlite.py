@@ -126,6 +126,7 @@ def _row_bytes(row: str) -> str:
         f" + {RECORD_OVERHEAD})"
     )
 
+
 _SCHEMA = (
     f"""
     CREATE TABLE IF NOT EXISTS {_TABLE} (
@@ -167,6 +168,7 @@ def _size(scope: bytes, key: bytes, fingerprint: str, owner: str) -> int:
     """The bytes an in-progress row counts: `_row_bytes` in Python."""
     fp, ow = _b(fingerprint), _b(owner)
     return 2 * (len(scope) + len(key)) + len(fp) + len(ow) + RECORD_OVERHEAD
+
 
 _SELECT = (
     f"SELECT status, fingerprint, owner, expires, outcome FROM {_TABLE} "
