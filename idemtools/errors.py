@@ -8,14 +8,16 @@
     │   ├── ConflictError                 idempotency_key_conflict
     │   ├── ScopeUnavailableError         idempotency_scope_unavailable
     │   ├── StoreFullError                idempotency_store_full
+    │   ├── QuotaExceededError            idempotency_quota_exceeded
     │   ├── StoreUnavailableError         idempotency_store_unavailable
     │   ├── RecordCorruptError            idempotency_record_corrupt
     │   └── OutcomeTooLargeError          idempotency_outcome_too_large (replayed in its place)
     └── InstallError                      install() could not make a server safe
 
 Clients are meant to read `error.data.type`; the JSON-RPC codes are configurable
-(`ErrorCodes`) because the SEP defines none. Store implementations raise `StoreFullError` and
-`StoreUnavailableError` (chained `from` the driver's exception) and nothing else.
+(`ErrorCodes`) because the SEP defines none. Store implementations raise `StoreFullError`,
+`QuotaExceededError` and `StoreUnavailableError` (chained `from` the driver's exception) and
+nothing else.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "InstallError",
     "KeyInvalidError",
     "OutcomeTooLargeError",
+    "QuotaExceededError",
     "RecordCorruptError",
     "RefusedError",
     "ScopeUnavailableError",
@@ -61,6 +64,7 @@ class ErrorCodes:
     idempotency_store_unavailable: int = -32055
     idempotency_record_corrupt: int = -32056
     idempotency_outcome_too_large: int = -32057
+    idempotency_quota_exceeded: int = -32058
 
     def code_for(self, error_type: str) -> int:
         code = getattr(self, error_type, None)
@@ -128,9 +132,21 @@ class ScopeUnavailableError(RefusedError):
 
 
 class StoreFullError(RefusedError):
-    """The store holds its maximum number of live records; records are never dropped early."""
+    """The store is at its bound (live records or bytes); records are never dropped early."""
 
     type = "idempotency_store_full"
+
+
+class QuotaExceededError(RefusedError):
+    """This caller's scope holds its maximum of live records (`max_records_per_scope`).
+
+    Separate from `StoreFullError` on purpose: a quota refusal concerns one caller (typically
+    one flooding unique keys) while every other scope keeps claiming; a full store concerns
+    everyone. Nothing ran; a retry with the same key succeeds once the scope's older records
+    expire, so clients treat it like `idempotency_store_full` (retry later, not at once).
+    """
+
+    type = "idempotency_quota_exceeded"
 
 
 class StoreUnavailableError(RefusedError):
@@ -163,6 +179,7 @@ _BY_TYPE: dict[str, type[RefusedError]] = {
         ConflictError,
         ScopeUnavailableError,
         StoreFullError,
+        QuotaExceededError,
         StoreUnavailableError,
         RecordCorruptError,
         OutcomeTooLargeError,

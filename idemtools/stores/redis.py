@@ -32,10 +32,24 @@ Why it is built this way:
   fresh one. The first attempt may or may not have run, so the retry is written to be
   harmless either way: a claim or complete that finds our own owner token already in place
   reports success (owner tokens are unique per call, so that record can only be ours).
+* **Per-scope quota** (`max_records_per_scope`, off by default): each scope has a sorted set,
+  `<prefix>q:{<scope digest>}`, of its record key names scored by when each record was last
+  known to expire. The claim script checks it in the same atomic step as the claim: while the
+  set holds fewer members than the quota, a claim costs one ZCARD and one ZADD more; at the
+  quota, members whose score has passed are looked up (PTTL of their record) and re-scored or
+  removed, and only if the scope is still at its quota is the claim refused
+  (`QuotaExceededError`). A renewal or completion re-scores its member and keeps the set alive
+  at least as long as its records (one more round trip each, only with a quota); a release
+  removes it. On Redis Cluster the record names of a
+  store with a quota carry the scope digest as a hash tag, so a scope's records and its set
+  share a slot (the script touches them together); without a quota, or on a single Redis, the
+  names are those of a store without a quota, so turning the quota on or off does not hide
+  any record there. (On Cluster it does: change it with the prefix, or after a retention.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,7 +58,7 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ..errors import RecordCorruptError, StoreFullError, StoreUnavailableError
+from ..errors import QuotaExceededError, RecordCorruptError, StoreFullError, StoreUnavailableError
 from .base import Claim, Record, Status
 
 if TYPE_CHECKING:
@@ -92,6 +106,49 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 )
+
+# Quota variant of _CLAIM. KEYS[2] is the scope's sorted set (member: record key name, score:
+# its expiry as last known, server milliseconds); ARGV[4] the quota. Returns -2 when refused.
+_CLAIM_QUOTA = (
+    _READ_RECORD
+    + """
+local rec = record(KEYS[1])
+if rec then return rec end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease, quota = tonumber(ARGV[3]), tonumber(ARGV[4])
+if redis.call('ZCARD', KEYS[2]) >= quota then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, quota)
+  for _, m in ipairs(due) do
+    local ttl = redis.call('PTTL', m)
+    if ttl > 0 then
+      redis.call('ZADD', KEYS[2], now + ttl, m)
+      if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+    else
+      redis.call('ZREM', KEYS[2], m)
+    end
+  end
+  if redis.call('ZCARD', KEYS[2]) >= quota then return -2 end
+end
+redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[1], 'o', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], lease)
+redis.call('ZADD', KEYS[2], now + lease, KEYS[1])
+if redis.call('PTTL', KEYS[2]) < lease then redis.call('PEXPIRE', KEYS[2], lease) end
+return 1
+"""
+)
+
+# After a completion, with a quota: KEYS[1] the scope's set, KEYS[2] the record. Re-score the
+# record's member from its real expiry, and keep the set alive at least as long.
+_TRACK = """
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl <= 0 then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now + ttl, KEYS[2])
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return 1
+"""
 
 _GET = (
     _READ_RECORD
@@ -174,6 +231,11 @@ class RedisStore:
             the caller's: `aclose()` does not close it. Prefer `RedisStore.from_url`.
         prefix: prepended to every key name; give each application its own prefix when
             several share one Redis database.
+        max_records_per_scope: live records (in progress or completed) per scope at most; a
+            claim beyond it is refused with `QuotaExceededError`, other scopes unaffected.
+            None (the default): no quota, and a claim costs what it always did. The store as
+            a whole is bounded by Redis `maxmemory` (claims refused with `StoreFullError`
+            under `maxmemory-policy noeviction`).
 
     Build one with `RedisStore.from_url("redis://host:6379/0")`; records survive server
     restarts of idemtools (and of Redis when it persists, i.e. with AOF or RDB).
@@ -186,11 +248,17 @@ class RedisStore:
         client: Redis | RedisCluster,
         *,
         prefix: str = "idemtools:",
+        max_records_per_scope: int | None = None,
         _owns_client: bool = False,
     ) -> None:
+        if max_records_per_scope is not None and max_records_per_scope < 1:
+            raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
         self._client = client
         self.prefix = prefix
+        self.max_records_per_scope = max_records_per_scope
         self._prefix_bytes = prefix.encode("utf-8", "surrogatepass")
+        # Only a Cluster needs a scope's records and its quota set in one slot (hash tag).
+        self._tagged = max_records_per_scope is not None and _is_cluster(client)
         self._owns_client = _owns_client
         kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
         if kwargs.get("decode_responses"):
@@ -198,6 +266,8 @@ class RedisStore:
                 "RedisStore needs a client with decode_responses=False (outcomes are bytes)"
             )
         self._claim = _Script(_CLAIM)
+        self._claim_quota = _Script(_CLAIM_QUOTA)
+        self._track = _Script(_TRACK)
         self._renew = _Script(_RENEW)
         self._complete = _Script(_COMPLETE)
         self._release = _Script(_RELEASE)
@@ -209,6 +279,7 @@ class RedisStore:
         url: str,
         *,
         prefix: str = "idemtools:",
+        max_records_per_scope: int | None = None,
         connect_timeout: float = 2.0,
         timeout: float = 5.0,
         max_connections: int | None = None,
@@ -231,7 +302,12 @@ class RedisStore:
             kwargs["max_connections"] = max_connections
         kwargs.update(client_kwargs)
         client = Redis.from_url(url, **kwargs)
-        return cls(client, prefix=prefix, _owns_client=True)
+        return cls(
+            client,
+            prefix=prefix,
+            max_records_per_scope=max_records_per_scope,
+            _owns_client=True,
+        )
 
     def for_lease_keeper(self) -> RedisStore | None:
         """A store on the same records with a small client of its own, for the lease keeper's
@@ -252,7 +328,12 @@ class RedisStore:
             connection_class=pool.connection_class, max_connections=4, **settings
         )
         client = Redis(connection_pool=keeper_pool)
-        return RedisStore(client, prefix=self.prefix, _owns_client=True)
+        return RedisStore(
+            client,
+            prefix=self.prefix,
+            max_records_per_scope=self.max_records_per_scope,
+            _owns_client=True,
+        )
 
     @property
     def client(self) -> Redis | RedisCluster:
@@ -260,11 +341,22 @@ class RedisStore:
         return self._client
 
     def key_name(self, scope: str, key: str) -> bytes:
-        """The Redis key of a record: prefix + SHA-256 of the length-prefixed scope and key."""
+        """The Redis key of a record: prefix + SHA-256 of the length-prefixed scope and key.
+
+        On Redis Cluster with a quota, the scope's hash tag (see `quota_name`) comes between.
+        """
         s = scope.encode("utf-8", "surrogatepass")
         k = key.encode("utf-8", "surrogatepass")
         digest = hashlib.sha256(b"%d:" % len(s) + s + k).hexdigest()
+        if self._tagged:
+            return self._prefix_bytes + b"{" + _scope_tag(s) + b"}" + digest.encode("ascii")
         return self._prefix_bytes + digest.encode("ascii")
+
+    def quota_name(self, scope: str) -> bytes:
+        """The Redis key of a scope's quota set: prefix + "q:{" + scope digest + "}"."""
+        return (
+            self._prefix_bytes + b"q:{" + _scope_tag(scope.encode("utf-8", "surrogatepass")) + b"}"
+        )
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -300,6 +392,16 @@ class RedisStore:
         except redis_errors.NoScriptError:
             await self._client.script_load(script.text)
             return await self._client.evalsha(script.sha, 1, name, *args)
+
+    async def _eval2(
+        self, script: _Script, names: tuple[bytes, bytes], *args: bytes | str | int
+    ) -> Any:
+        """`_eval` for the quota scripts, which touch two keys (of one slot on a Cluster)."""
+        try:
+            return await self._client.evalsha(script.sha, 2, *names, *args)
+        except redis_errors.NoScriptError:
+            await self._client.script_load(script.text)
+            return await self._client.evalsha(script.sha, 2, *names, *args)
 
     @staticmethod
     def _record(reply: Any, key: str) -> Record:
@@ -343,9 +445,21 @@ class RedisStore:
         self, scope: str, key: str, fingerprint: str, owner: str, lease: float
     ) -> Claim:
         name = self.key_name(scope, key)
+        quota = self.max_records_per_scope
+        names = (name, self.quota_name(scope)) if quota is not None else None
 
         async def op(retrying: bool) -> Claim:
-            reply = await self._eval(self._claim, name, fingerprint, owner, _ms(lease))
+            if names is None:
+                reply = await self._eval(self._claim, name, fingerprint, owner, _ms(lease))
+            else:
+                args = (fingerprint, owner, _ms(lease), quota or 0)
+                reply = await self._eval2(self._claim_quota, names, *args)
+                if reply == -2:
+                    raise QuotaExceededError(
+                        f"this caller holds its maximum of {quota} live idempotency records; "
+                        "the call was not run",
+                        key=key,
+                    )
             if reply == 1:
                 return Claim(claimed=True)
             record = self._record(reply, key)
@@ -361,7 +475,10 @@ class RedisStore:
         async def op(_retrying: bool) -> bool:
             return bool(await self._eval(self._renew, name, owner, _ms(lease)))
 
-        return await self._call(op, key)
+        held = await self._call(op, key)
+        if held and self.max_records_per_scope is not None:
+            await self._track_quota(scope, name)
+        return held
 
     async def complete(
         self,
@@ -379,7 +496,23 @@ class RedisStore:
             args = (owner, outcome, _ms(retention), int(retrying), fingerprint or "")
             return bool(await self._eval(self._complete, name, *args))
 
-        return await self._call(op, key)
+        done = await self._call(op, key)
+        if done and self.max_records_per_scope is not None:
+            await self._track_quota(scope, name)
+        return done
+
+    async def _track_quota(self, scope: str, name: bytes) -> None:
+        """Re-score a renewed or completed record in its scope's quota set (only with a quota).
+
+        The set must live at least as long as its records, or a quiet scope would lose its
+        count and start afresh while its records still live. Its own round trip, after the
+        renewal or completion, so those scripts are untouched by quotas. A failure here is not
+        theirs (the lease was extended, the outcome recorded), so it is swallowed; the member
+        is then re-scored by the next claim that finds the scope at its quota, while the set
+        lives (at least until the lease it was given before).
+        """
+        with contextlib.suppress(redis_errors.RedisError, *_CONNECTION_ERRORS):
+            await self._eval2(self._track, (self.quota_name(scope), name))
 
     async def release(self, scope: str, key: str, owner: str) -> bool:
         name = self.key_name(scope, key)
@@ -387,7 +520,12 @@ class RedisStore:
         async def op(_retrying: bool) -> bool:
             return bool(await self._eval(self._release, name, owner))
 
-        return await self._call(op, key)
+        released = await self._call(op, key)
+        if released and self.max_records_per_scope is not None:
+            # The released record stops counting now, not when its lease would have ended.
+            with contextlib.suppress(redis_errors.RedisError, *_CONNECTION_ERRORS):
+                await self._client.zrem(self.quota_name(scope), name)
+        return released
 
     async def get(self, scope: str, key: str) -> Record | None:
         name = self.key_name(scope, key)
@@ -404,6 +542,19 @@ class RedisStore:
         """Close the client if this store created it (`from_url`); a passed-in one stays open."""
         if self._owns_client:
             await self._client.aclose()
+
+
+def _scope_tag(scope: bytes) -> bytes:
+    """32 hex digits naming a scope: its quota set's hash tag (and its records', on Cluster)."""
+    return hashlib.sha256(b"scope:" + scope).hexdigest()[:32].encode("ascii")
+
+
+def _is_cluster(client: object) -> bool:
+    try:
+        from redis.asyncio.cluster import RedisCluster
+    except ImportError:  # pragma: no cover - every redis-py with asyncio has it
+        return False
+    return isinstance(client, RedisCluster)
 
 
 def _corrupt(key: str, why: str) -> RecordCorruptError:
