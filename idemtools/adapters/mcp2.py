@@ -38,7 +38,6 @@ __all__ = ["IdempotencyMiddleware", "adapt", "declare_key_field"]
 
 log = logging.getLogger("idemtools")
 
-_CONTINUATION = frozenset({"requestState", "inputResponses"})
 
 
 def declare_key_field() -> None:
@@ -133,7 +132,12 @@ class IdempotencyMiddleware:
             return await call_next(ctx)
         key = params.get(_fields.WIRE_NAME)
         # MRTR continuations are outside SEP-3182 (its Scope section): run, touch no record.
-        if key is None or not _CONTINUATION.isdisjoint(params):
+        # Only a non-null field makes a continuation: `"requestState": null` means absent.
+        if (
+            key is None
+            or params.get("requestState") is not None
+            or params.get("inputResponses") is not None
+        ):
             return await call_next(ctx)
         name = params.get("name")
         arguments = params.get("arguments")
