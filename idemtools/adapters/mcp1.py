@@ -214,7 +214,11 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
         return [(t.name, None) for t in getattr(result, "root", result).tools]
 
     kind = "mcp1.fastmcp" if tool_manager is not None else "mcp1.lowlevel"
-    return Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+    installation = Installation(
+        server=server, engine=engine, adapter=kind, _list_tools=list_tools
+    )
+    installation.hook_lifespan(lowlevel)  # the store is checked once, when the server starts
+    return installation
 
 
 # -- client side -------------------------------------------------------------------------------

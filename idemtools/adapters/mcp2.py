@@ -231,7 +231,11 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
         return [(t.name, policy_of(t.fn)) for t in tool_manager.list_tools()]
 
     kind = "mcp2.mcpserver" if tool_manager is not None else "mcp2.lowlevel"
-    return Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+    installation = Installation(
+        server=server, engine=engine, adapter=kind, _list_tools=list_tools
+    )
+    installation.hook_lifespan(lowlevel)  # the store is checked once, when the server starts
+    return installation
 
 
 # -- client side -------------------------------------------------------------------------------

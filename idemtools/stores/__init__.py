@@ -57,6 +57,15 @@ def _take(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, str]]:
     return urlunsplit(parts._replace(query=urlencode(rest))), ours
 
 
+def _flag(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"?{name}= takes true or false, got {value!r}")
+
+
 def from_url(url: str, **options: Any) -> Store:
     """Build a store from a URL, so operators choose it in configuration, not code.
 
@@ -64,7 +73,8 @@ def from_url(url: str, **options: Any) -> Store:
     `redis://host:port/db` (also `rediss://`, `unix://`), `postgresql://user@host/db` (its schema
     must exist: see `PostgresStore.create_schema`). idemtools' own settings may ride in the
     query, so one environment variable configures a deployment: `?max_records=` (memory,
-    sqlite), `?prefix=` (redis: several servers sharing one Redis), `?table=` (postgres).
+    sqlite), `?prefix=` (redis: several servers sharing one Redis), `?allow_eviction=true` (redis: serve
+    keyed calls although its `maxmemory-policy` may evict records), `?table=` (postgres).
     Keyword options go to the store's constructor and win over the query.
     """
     scheme, sep, _ = url.partition("://")
@@ -84,9 +94,11 @@ def from_url(url: str, **options: Any) -> Store:
     if scheme in ("redis", "rediss", "unix"):
         from .redis import RedisStore
 
-        clean, ours = _take(url, ("prefix",))
+        clean, ours = _take(url, ("prefix", "allow_eviction"))
         if "prefix" in ours:
             options.setdefault("prefix", ours["prefix"])
+        if "allow_eviction" in ours:
+            options.setdefault("allow_eviction", _flag("allow_eviction", ours["allow_eviction"]))
         return RedisStore.from_url(clean, **options)
     if scheme in ("postgres", "postgresql"):
         from .postgres import PostgresStore

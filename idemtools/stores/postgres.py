@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..errors import RecordCorruptError, RefusedError, StoreFullError, StoreUnavailableError
@@ -212,6 +213,17 @@ class PostgresStore:
     def pool(self) -> AsyncConnectionPool[Any]:
         return self._pool
 
+    @property
+    def description(self) -> str:
+        """Server, database and table, for the operator's log: never a password."""
+        try:
+            info = conninfo_to_dict(self._pool.conninfo)
+        except Exception:  # an unparsable conninfo still names the table
+            info = {}
+        host = info.get("host") or "localhost"
+        where = f"{info.get('user', '')}@{host}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+        return f"postgresql://{where.lstrip('@')} table={self.table!r}"
+
     # -- schema ---------------------------------------------------------------------------------
 
     @staticmethod
@@ -306,7 +318,11 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
                 key=key,
             ) from exc
         except psycopg.errors.DiskFull as exc:
-            raise StoreFullError(f"PostgreSQL is out of disk space: {exc}", key=key) from exc
+            # Sent to the client as is: the driver's words stay in the chained cause (the log).
+            raise StoreFullError(
+                "the idempotency store is out of disk space; new keyed calls are refused",
+                key=key,
+            ) from exc
         except psycopg.errors.UndefinedTable as exc:
             raise StoreUnavailableError(
                 f"the idempotency table {self.table!r} does not exist; run "

@@ -169,6 +169,11 @@ class SQLiteStore:
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, max_records={self.max_records!r})"
 
+    @property
+    def description(self) -> str:
+        """The database file, for the operator's log (never sent to clients)."""
+        return self.path
+
     # -- plumbing ----------------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
