@@ -69,7 +69,7 @@ class Installation:
 
     _checked: bool = field(default=False, repr=False)
 
-    async def check_store(self, *, timeout: float = STARTUP_CHECK_TIMEOUT) -> bool:
+    async def check_store(self, *, wait: float = STARTUP_CHECK_TIMEOUT) -> bool:
         """Read one (absent) record from the store: True when it answers.
 
         The server runs this once when it starts (its lifespan); call it yourself for a
@@ -81,10 +81,10 @@ class Installation:
         name = _store_name(store)
         problem: str | None = None
         try:
-            with anyio.fail_after(timeout):
+            with anyio.fail_after(wait):
                 await store.get(_CHECK_SCOPE, "startup-check")
         except TimeoutError:
-            problem = f"no answer within {timeout:g} s"
+            problem = f"no answer within {wait:g} s"
         except Exception as exc:
             cause = exc.__cause__
             problem = f"{exc}" + (f" (cause: {cause!r})" if cause is not None else "")

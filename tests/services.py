@@ -316,7 +316,7 @@ def private_redis(*args: str):  # type: ignore[no-untyped-def]
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
-    proc = subprocess.Popen(  # noqa: S603 - our own arguments
+    proc = subprocess.Popen(
         [*command, "no", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     url = f"redis://127.0.0.1:{port}/0"

@@ -73,8 +73,9 @@ def from_url(url: str, **options: Any) -> Store:
     `redis://host:port/db` (also `rediss://`, `unix://`), `postgresql://user@host/db` (its schema
     must exist: see `PostgresStore.create_schema`). idemtools' own settings may ride in the
     query, so one environment variable configures a deployment: `?max_records=` (memory,
-    sqlite), `?prefix=` (redis: several servers sharing one Redis), `?allow_eviction=true` (redis: serve
-    keyed calls although its `maxmemory-policy` may evict records), `?table=` (postgres).
+    sqlite), `?prefix=` (redis: several servers sharing one Redis), `?allow_eviction=true`
+    (redis: serve keyed calls although its `maxmemory-policy` may evict records), `?table=`
+    (postgres).
     Keyword options go to the store's constructor and win over the query.
     """
     scheme, sep, _ = url.partition("://")

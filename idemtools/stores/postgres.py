@@ -216,9 +216,10 @@ class PostgresStore:
     @property
     def description(self) -> str:
         """Server, database and table, for the operator's log: never a password."""
-        try:
-            info = conninfo_to_dict(self._pool.conninfo)
-        except Exception:  # an unparsable conninfo still names the table
+        conninfo = self._pool.conninfo
+        try:  # a conninfo callable, or one that does not parse, still names the table
+            info = conninfo_to_dict(conninfo) if isinstance(conninfo, str) else {}
+        except Exception:
             info = {}
         host = info.get("host") or "localhost"
         where = f"{info.get('user', '')}@{host}:{info.get('port', 5432)}/{info.get('dbname', '')}"

@@ -353,8 +353,11 @@ class RedisStore:
         evicting = sorted(p for p in policies if p != "noeviction")
         if not evicting and not unreadable:
             if self._policy_refusal is not None:
-                log.warning("Redis store %s: maxmemory-policy is now noeviction; keyed calls "
-                            "are served again", self.description)
+                log.warning(
+                    "Redis store %s: maxmemory-policy is now noeviction; keyed calls "
+                    "are served again",
+                    self.description,
+                )
             self._policy_ok, self._policy_refusal = True, None
             return
         why = (
