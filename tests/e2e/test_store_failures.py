@@ -21,7 +21,7 @@ from ..services import (
     proxy_to,
     with_port,
 )
-from .harness import LINE, error_type, make_app, memory_wire
+from .harness import LINE, error_type, http_wire, make_app, memory_wire, serve_http
 
 
 @pytest.mark.services
@@ -124,7 +124,9 @@ async def test_store_failure_is_logged_with_cause_counted_and_generic_for_the_cl
         app = make_app(store=store)
         async with memory_wire(app) as wire:
             # Start-up: the server started (it answered initialize) and said the store is down.
-            startup = [r for r in caplog.records if r.levelno == logging.ERROR]
+            startup = [
+                r for r in caplog.records if r.levelno == logging.ERROR and r.name == "idemtools"
+            ]
             assert len(startup) == 1, [r.getMessage() for r in startup]
             assert store.kind in startup[0].getMessage()
             keyed = await wire.call(
@@ -146,6 +148,30 @@ async def test_store_failure_is_logged_with_cause_counted_and_generic_for_the_cl
     assert stats.refusals == 1 and stats.executions == 0
 
 
+@pytest.mark.parametrize("stateless", [False, True], ids=["stateful", "stateless"])
+async def test_startup_check_over_http(stateless: bool, caplog: pytest.LogCaptureFixture) -> None:
+    # The HTTP transports enter the server lifespan themselves (mcp 2.x once at start-up,
+    # mcp 1.x per session): the check still runs once and the server still serves.
+    caplog.set_level(logging.INFO, logger="idemtools")
+    async with _broken_store("sqlite-bad-path") as (store, secrets):
+        app = make_app(store=store, auth=True, stateless=stateless)
+        with serve_http(app, stateless=stateless) as url:
+            async with http_wire(url, token="tok-alice") as wire:
+                await wire.call({"name": "charge", "arguments": {"amount": 1}})
+                await wire.call({"name": "charge", "arguments": {"amount": 2}})
+                keyed = await wire.call(
+                    {"name": "charge", "arguments": {"amount": 3}, "idempotencyKey": "k-h"}
+                )
+    errors = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.ERROR and r.name == "idemtools"
+    ]
+    assert len(errors) == 1 and "sqlite" in errors[0] and secrets[0] in errors[0], errors
+    assert keyed["error"]["message"] == GENERIC
+    assert app.count("charge") == 2
+
+
 async def test_startup_check_logs_nothing_alarming_when_the_store_answers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -155,7 +181,7 @@ async def test_startup_check_logs_nothing_alarming_when_the_store_answers(
         assert "result" in await wire.call(
             {"name": "charge", "arguments": {"amount": 1}, "idempotencyKey": "k-ok"}
         )
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "idemtools"]
     assert any("memory" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
     assert app.installation.engine.stats.store_errors == 0
 
