@@ -328,7 +328,10 @@ class Engine:
         else:
             detail, shown = repr(exc), None
         log.warning(
-            "idempotency store %s failed key_digest=%s: %s", _store_name(self.store), _digest(key), detail
+            "idempotency store %s failed key_digest=%s: %s",
+            _store_name(self.store),
+            _digest(key),
+            detail,
         )
         return StoreUnavailableError(
             shown or "the idempotency store is unavailable; the call was not run", key=key
