@@ -40,6 +40,7 @@ from .errors import (
     RecordCorruptError,
     RefusedError,
     ScopeUnavailableError,
+    StoreFullError,
     StoreUnavailableError,
 )
 from .lease_keeper import Lease, LeaseKeeper
@@ -293,19 +294,48 @@ class Engine:
         return Outcome(result={**outcome.result, "_meta": meta}, replayed=True)
 
     async def _store(self, op: Awaitable[Any], key: object) -> Any:
-        """Await a store operation; anything but a refusal means the store is unavailable."""
+        """Await a store operation; a failure becomes `idempotency_store_unavailable`.
+
+        Every store failure (a store's own `StoreUnavailableError` or anything else it raised)
+        is the operator's business: counted in `stats.store_errors` and logged at WARNING with
+        its cause. The client gets a message without the store's details (hosts, file paths,
+        SQL, driver text), or the `client_message` the store marked as safe to show.
+        """
         try:
             return await op
+        except StoreUnavailableError as exc:
+            raise self._store_failure(exc, key) from exc
         except RefusedError as exc:
             if exc.key is None:  # stores do not know the raw key; the client's error data does
                 exc.key = key
+            if isinstance(exc, StoreFullError):
+                log.warning(
+                    "idempotency store %s is full key_digest=%s: %s",
+                    _store_name(self.store),
+                    _digest(key),
+                    exc,
+                )
             raise
         except Exception as exc:
-            self.stats.store_errors += 1
-            log.warning("idempotency store failed key_digest=%s: %r", _digest(key), exc)
-            raise StoreUnavailableError(
-                "the idempotency store is unavailable; the call was not run", key=key
-            ) from exc
+            raise self._store_failure(exc, key) from exc
+
+    def _store_failure(self, exc: Exception, key: object) -> StoreUnavailableError:
+        self.stats.store_errors += 1
+        if isinstance(exc, StoreUnavailableError):
+            cause = exc.__cause__
+            detail = f"{exc}" + (f" (cause: {cause!r})" if cause is not None else "")
+            shown = exc.client_message
+        else:
+            detail, shown = repr(exc), None
+        log.warning(
+            "idempotency store %s failed key_digest=%s: %s",
+            _store_name(self.store),
+            _digest(key),
+            detail,
+        )
+        return StoreUnavailableError(
+            shown or "the idempotency store is unavailable; the call was not run", key=key
+        )
 
     # -- the one execution ----------------------------------------------------------------------
 
@@ -547,6 +577,13 @@ def _retry_after_ms(remaining: float, lease: float, cap: float) -> int:
     """
     wait = min(max(remaining, 0.0), lease / 4, cap)
     return max(1, math.ceil(wait * 1000))
+
+
+def _store_name(store: Store) -> str:
+    """The store's kind, and its safe description when it has one (never a password)."""
+    kind = getattr(store, "kind", type(store).__name__)
+    description = getattr(store, "description", None)
+    return f"{kind} ({description})" if isinstance(description, str) and description else kind
 
 
 def _digest(key: object) -> str:

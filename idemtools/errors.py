@@ -150,9 +150,20 @@ class QuotaExceededError(RefusedError):
 
 
 class StoreUnavailableError(RefusedError):
-    """The store could not be reached or failed; fail closed, the tool does not run."""
+    """The store could not be reached or failed; fail closed, the tool does not run.
+
+    A store's message is for the operator's log (it may name hosts, files or the driver's
+    words); the engine sends clients a generic message instead, or `client_message` when the
+    store set one that is safe to show (e.g. why an evicting Redis is refused).
+    """
 
     type = "idempotency_store_unavailable"
+
+    def __init__(
+        self, message: str, *, key: object = None, client_message: str | None = None
+    ) -> None:
+        super().__init__(message, key=key)
+        self.client_message = client_message
 
 
 class RecordCorruptError(RefusedError):

@@ -8,11 +8,15 @@ describe the server.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Engine
+import anyio
+
+from .engine import Engine, _store_name
 from .errors import ErrorCodes, InstallError
 from .policy import DEFAULT_POLICY, Policy, Registry
 from .stores.base import Store
@@ -20,6 +24,13 @@ from .stores.base import Store
 __all__ = ["Installation", "ToolPolicy", "install", "installation_of"]
 
 _ATTR = "__idemtools_installation__"
+
+log = logging.getLogger("idemtools")
+
+STARTUP_CHECK_TIMEOUT = 5.0
+"""Seconds the start-up check waits for the store before it reports it unreachable."""
+
+_CHECK_SCOPE = "idemtools:startup-check"
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,57 @@ class Installation:
                 name, policy or self.engine.default_policy, own=policy is not None
             )
         return [found[name] for name in sorted(found)]
+
+    _checked: bool = field(default=False, repr=False)
+
+    async def check_store(self, *, wait: float = STARTUP_CHECK_TIMEOUT) -> bool:
+        """Read one (absent) record from the store: True when it answers.
+
+        The server runs this once when it starts (its lifespan); call it yourself for a
+        readiness probe. An unreachable store is logged at ERROR, naming the store and the
+        cause, and counted in `stats.store_errors`; nothing is refused: unkeyed calls never
+        need the store, and keyed calls get `idempotency_store_unavailable` until it answers.
+        """
+        store = self.engine.store
+        name = _store_name(store)
+        problem: str | None = None
+        try:
+            with anyio.fail_after(wait):
+                await store.get(_CHECK_SCOPE, "startup-check")
+        except TimeoutError:
+            problem = f"no answer within {wait:g} s"
+        except Exception as exc:
+            cause = exc.__cause__
+            problem = f"{exc}" + (f" (cause: {cause!r})" if cause is not None else "")
+        if problem is None:
+            log.info("idempotency store %s answered the start-up check", name)
+            return True
+        self.engine.stats.store_errors += 1
+        log.error(
+            "idempotency store %s is unreachable at start-up: %s. The server keeps serving: "
+            "unkeyed calls work, keyed calls are refused with idempotency_store_unavailable "
+            "until the store answers",
+            name,
+            problem,
+        )
+        return False
+
+    async def _check_once(self) -> None:
+        if not self._checked:
+            self._checked = True
+            await self.check_store()
+
+    def hook_lifespan(self, lowlevel: Any) -> None:
+        """Run `check_store()` the first time the server's lifespan is entered."""
+        original = lowlevel.lifespan
+
+        @contextlib.asynccontextmanager
+        async def lifespan(server: Any) -> AsyncIterator[Any]:
+            async with original(server) as state:
+                await self._check_once()
+                yield state
+
+        lowlevel.lifespan = lifespan
 
     async def aclose(self, grace: float | None = None) -> None:
         """Shut down: refuse new keyed calls, let the running ones finish and be recorded

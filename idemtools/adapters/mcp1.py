@@ -38,6 +38,8 @@ log = logging.getLogger("idemtools")
 
 Handler = Callable[[Any], Awaitable[Any]]
 _MARK = "__idemtools_wrapped__"
+_LIST_PAGE_CAP = 100
+"""Pages of `tools/list` read at most when checking whether a tool exists."""
 
 
 def declare_key_field() -> None:
@@ -129,11 +131,34 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
     _self_test(declare_field)
     tool_manager = getattr(server, "_tool_manager", None)
 
-    def own_policy(name: str) -> Policy | None:
-        if tool_manager is None:
-            return None
-        tool = tool_manager.get_tool(name)
-        return policy_of(getattr(tool, "fn", None)) if tool is not None else None
+    async def unknown(name: str, known_before: bool) -> bool:
+        """After an error answer: was `name` a tool this server does not have?
+
+        Such a call executed nothing, so it is answered but not recorded: a rolling deploy that
+        adds the tool must not replay "Unknown tool". FastMCP: absent from its tool manager
+        before and after the call. Low-level server: not in its own `tools/list` answer (the
+        handler is the server's code; a tool it lists may have run before failing). Any doubt
+        (no listing, a listing that fails) counts as known: the answer is recorded.
+        """
+        if tool_manager is not None:
+            return not known_before and tool_manager.get_tool(name) is None
+        handler = lowlevel.request_handlers.get(types.ListToolsRequest)
+        if handler is None:
+            return False
+        cursor: str | None = None
+        try:
+            for _ in range(_LIST_PAGE_CAP):
+                params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                result = await handler(types.ListToolsRequest(method="tools/list", params=params))
+                page = getattr(result, "root", result)
+                if any(tool.name == name for tool in page.tools):
+                    return False
+                cursor = page.nextCursor
+                if cursor is None:
+                    return True
+        except Exception:
+            log.warning("tools/list failed while checking tool %r; its answer is recorded", name)
+        return False
 
     def wrap(inner: Handler) -> Handler:
         async def call_tool(req: Any) -> Any:
@@ -146,20 +171,25 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
             # ran is answered with that very object rather than a model re-validated from its
             # JSON (a second pydantic pass over the whole result).
             ran: list[Any] = []
+            name = params.name
+            tool = tool_manager.get_tool(name) if tool_manager is not None else None
+            policy = policy_of(getattr(tool, "fn", None)) if tool is not None else None
 
             async def run() -> Outcome:
                 try:
                     result = await inner(req)
                 except McpError as exc:
-                    return Outcome(error=exc.error.model_dump(mode="json", exclude_none=True))
+                    error = exc.error.model_dump(mode="json", exclude_none=True)
+                    return Outcome(error=error, final=not await unknown(name, tool is not None))
                 except Exception:
                     # The SDK would send code 0 with the exception text; keep internals private.
                     log.exception("tools/call handler raised")
                     return Outcome.of_error(types.INTERNAL_ERROR, "Internal error")
                 root: Any = getattr(result, "root", result)
-                outcome = Outcome(
-                    result=root.model_dump(by_alias=True, mode="json", exclude_none=True)
-                )
+                dumped = root.model_dump(by_alias=True, mode="json", exclude_none=True)
+                # An unknown tool ran nothing: answered, not recorded.
+                final = not (dumped.get("isError") and await unknown(name, tool is not None))
+                outcome = Outcome(result=dumped, final=final)
                 ran[:] = (outcome, result)
                 return outcome
 
@@ -168,7 +198,7 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
                 arguments=params.arguments,
                 key=key,
                 context=_context(lowlevel),
-                policy=own_policy(params.name),
+                policy=policy,
             )
             outcome = await engine.handle(call, run)
             # A client that cancelled already got its answer from the SDK; don't answer twice.
@@ -214,7 +244,9 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
         return [(t.name, None) for t in getattr(result, "root", result).tools]
 
     kind = "mcp1.fastmcp" if tool_manager is not None else "mcp1.lowlevel"
-    return Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+    installation = Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+    installation.hook_lifespan(lowlevel)  # the store is checked once, when the server starts
+    return installation
 
 
 # -- client side -------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ __all__ = ["IdempotencyMiddleware", "adapt", "declare_key_field"]
 
 log = logging.getLogger("idemtools")
 
-_CONTINUATION = frozenset({"requestState", "inputResponses"})
+_LIST_PAGE_CAP = 100
+"""Pages of `tools/list` read at most when checking whether a tool exists."""
 
 
 def declare_key_field() -> None:
@@ -120,6 +121,33 @@ class IdempotencyMiddleware:
         tool = self.tool_manager.get_tool(name)
         return policy_of(getattr(tool, "fn", None)) if tool is not None else None
 
+    async def unknown(self, ctx: Any, name: str, known_before: bool) -> bool:
+        """After an error answer: was `name` a tool this server does not have?
+
+        Such a call executed nothing, so it is answered but not recorded: a rolling deploy that
+        adds the tool must not replay "Unknown tool". MCPServer: absent from its tool manager
+        before and after the call. Low-level server: not in its own `tools/list` answer (the
+        handler is the server's code; a tool it lists may have run before failing). Any doubt
+        (no listing, a listing that fails) counts as known: the answer is recorded.
+        """
+        if self.tool_manager is not None:
+            return not known_before and self.tool_manager.get_tool(name) is None
+        entry = self.lowlevel.get_request_handler("tools/list")
+        if entry is None:
+            return False
+        cursor: str | None = None
+        try:
+            for _ in range(_LIST_PAGE_CAP):
+                page = await entry.handler(ctx, types.PaginatedRequestParams(cursor=cursor))
+                if any(tool.name == name for tool in page.tools):
+                    return False
+                cursor = page.next_cursor
+                if cursor is None:
+                    return True
+        except Exception:
+            log.warning("tools/list failed while checking tool %r; its answer is recorded", name)
+        return False
+
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
         # Every request passes here: the common cases (another method, an unkeyed call) are
         # decided with as few lookups as possible, before anything is built.
@@ -133,7 +161,12 @@ class IdempotencyMiddleware:
             return await call_next(ctx)
         key = params.get(_fields.WIRE_NAME)
         # MRTR continuations are outside SEP-3182 (its Scope section): run, touch no record.
-        if key is None or not _CONTINUATION.isdisjoint(params):
+        # Only a non-null field makes a continuation: `"requestState": null` means absent.
+        if (
+            key is None
+            or params.get("requestState") is not None
+            or params.get("inputResponses") is not None
+        ):
             return await call_next(ctx)
         name = params.get("name")
         arguments = params.get("arguments")
@@ -141,14 +174,23 @@ class IdempotencyMiddleware:
             # Malformed params: the SDK refuses them as it always does; nothing to deduplicate.
             return await call_next(ctx)
 
+        tool = self.tool_manager.get_tool(name) if self.tool_manager is not None else None
+        policy = policy_of(getattr(tool, "fn", None)) if tool is not None else None
+        known = tool is not None
+
         async def run() -> Outcome:
             try:
                 result = await call_next(ctx)
             except Exception as exc:
-                return _error_outcome(exc)
+                outcome = _error_outcome(exc)
+                if await self.unknown(ctx, name, known):
+                    return Outcome(error=outcome.error, final=False)
+                return outcome
             if not isinstance(result, dict):
                 return Outcome.of_error(types.INTERNAL_ERROR, "Internal server error")
             final = result.get("resultType", "complete") != "input_required"
+            if final and result.get("isError") and await self.unknown(ctx, name, known):
+                final = False  # an unknown tool ran nothing: answered, not recorded
             return Outcome(result=result, final=final)
 
         call = ToolCall(
@@ -156,7 +198,7 @@ class IdempotencyMiddleware:
             arguments=arguments,
             key=key,
             context=_context(ctx),
-            policy=self.own_policy(name),
+            policy=policy,
         )
         outcome = await self.engine.handle(call, run)
         await anyio.lowlevel.checkpoint_if_cancelled()
@@ -227,7 +269,9 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
         return [(t.name, policy_of(t.fn)) for t in tool_manager.list_tools()]
 
     kind = "mcp2.mcpserver" if tool_manager is not None else "mcp2.lowlevel"
-    return Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+    installation = Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+    installation.hook_lifespan(lowlevel)  # the store is checked once, when the server starts
+    return installation
 
 
 # -- client side -------------------------------------------------------------------------------

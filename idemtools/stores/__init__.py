@@ -69,6 +69,15 @@ def _int(name: str, value: str) -> int:
         raise ValueError(f"store URL option {name}= must be an integer, got {value!r}") from None
 
 
+def _flag(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"?{name}= takes true or false, got {value!r}")
+
+
 def from_url(url: str, **options: Any) -> Store:
     """Build a store from a URL, so operators choose it in configuration, not code.
 
@@ -77,7 +86,9 @@ def from_url(url: str, **options: Any) -> Store:
     must exist: see `PostgresStore.create_schema`). idemtools' own settings may ride in the
     query, so one environment variable configures a deployment: `?max_records=` and
     `?max_bytes=` (memory, sqlite), `?max_records_per_scope=` (every store: the per-caller
-    quota), `?prefix=` (redis: several servers sharing one Redis), `?table=` (postgres).
+    quota), `?prefix=` (redis: several servers sharing one Redis), `?allow_eviction=true`
+    (redis: serve keyed calls although its `maxmemory-policy` may evict records), `?table=`
+    (postgres).
     Keyword options go to the store's constructor and win over the query.
     """
     scheme, sep, _ = url.partition("://")
@@ -98,11 +109,13 @@ def from_url(url: str, **options: Any) -> Store:
     if scheme in ("redis", "rediss", "unix"):
         from .redis import RedisStore
 
-        clean, ours = _take(url, ("prefix", _QUOTA))
+        clean, ours = _take(url, ("prefix", _QUOTA, "allow_eviction"))
         if "prefix" in ours:
             options.setdefault("prefix", ours["prefix"])
         if _QUOTA in ours:
             options.setdefault(_QUOTA, _int(_QUOTA, ours[_QUOTA]))
+        if "allow_eviction" in ours:
+            options.setdefault("allow_eviction", _flag("allow_eviction", ours["allow_eviction"]))
         return RedisStore.from_url(clean, **options)
     if scheme in ("postgres", "postgresql"):
         from .postgres import PostgresStore

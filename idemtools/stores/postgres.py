@@ -59,6 +59,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..errors import (
@@ -240,6 +241,18 @@ class PostgresStore:
     def pool(self) -> AsyncConnectionPool[Any]:
         return self._pool
 
+    @property
+    def description(self) -> str:
+        """Server, database and table, for the operator's log: never a password."""
+        conninfo = self._pool.conninfo
+        try:  # a conninfo callable, or one that does not parse, still names the table
+            info = conninfo_to_dict(conninfo) if isinstance(conninfo, str) else {}
+        except Exception:
+            info = {}
+        host = info.get("host") or "localhost"
+        where = f"{info.get('user', '')}@{host}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+        return f"postgresql://{where.lstrip('@')} table={self.table!r}"
+
     # -- schema ---------------------------------------------------------------------------------
 
     @staticmethod
@@ -347,7 +360,11 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
                 key=key,
             ) from exc
         except psycopg.errors.DiskFull as exc:
-            raise StoreFullError(f"PostgreSQL is out of disk space: {exc}", key=key) from exc
+            # Sent to the client as is: the driver's words stay in the chained cause (the log).
+            raise StoreFullError(
+                "the idempotency store is out of disk space; new keyed calls are refused",
+                key=key,
+            ) from exc
         except psycopg.errors.UndefinedTable as exc:
             raise StoreUnavailableError(
                 f"the idempotency table {self.table!r} does not exist; run "

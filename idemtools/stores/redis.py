@@ -28,6 +28,13 @@ Why it is built this way:
   `StoreUnavailableError` chained from the driver's exception (an out-of-memory refusal becomes
   `StoreFullError`: Redis is full, and records are never dropped to make room). The client
   reconnects on the next operation, so the store recovers by itself when Redis returns.
+* **A Redis that may drop records is refused.** The first time the store reaches Redis it reads
+  `maxmemory_policy` from `INFO memory` (`CONFIG GET` is often disabled on managed Redis). Every
+  policy but `noeviction` lets Redis delete records inside their retention (`volatile-*` ones
+  too: every record has a TTL), and a retry would then run again. On such a policy keyed calls
+  are refused (`StoreUnavailableError`, logged once at ERROR) unless the operator passed
+  `allow_eviction=True` (`?allow_eviction=true` in the URL). While refused, the policy is read
+  again at most every few seconds, so fixing it on the server needs no restart.
 * **One safe retry.** An operation that failed on a broken connection is sent once more on a
   fresh one. The first attempt may or may not have run, so the retry is written to be
   harmless either way: a claim or complete that finds our own owner token already in place
@@ -51,6 +58,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
+import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis import exceptions as redis_errors
@@ -67,6 +76,16 @@ if TYPE_CHECKING:
     from redis.asyncio.cluster import RedisCluster
 
 __all__ = ["RedisStore"]
+
+log = logging.getLogger("idemtools")
+
+_POLICY_RECHECK = 5.0
+"""Seconds between reads of `maxmemory_policy` while an evicting policy refuses keyed calls."""
+
+_EVICTION_CLIENT_MESSAGE = (
+    "the idempotency store could drop records before they expire, so keyed calls are refused "
+    "until the server operator fixes it; the call was not run"
+)
 
 T = TypeVar("T")
 
@@ -210,6 +229,19 @@ _CONNECTION_ERRORS = (
 _POOL_PRIVATE = ("himport_registry", "maint_notifications", "orig_")
 
 
+def _policies(info: Any) -> set[str]:
+    """`maxmemory_policy` from INFO: one server's dict, or a cluster's dict per node."""
+    if not isinstance(info, dict):
+        return set()
+    if "maxmemory_policy" in info:
+        return {str(info["maxmemory_policy"])}
+    found: set[str] = set()
+    for node in info.values():
+        if isinstance(node, dict) and "maxmemory_policy" in node:
+            found.add(str(node["maxmemory_policy"]))
+    return found
+
+
 def _ms(seconds: float) -> int:
     """Seconds → whole milliseconds for PEXPIRE, never 0 (PEXPIRE 0 deletes the key)."""
     return max(1, round(seconds * 1000))
@@ -236,6 +268,10 @@ class RedisStore:
             None (the default): no quota, and a claim costs what it always did. The store as
             a whole is bounded by Redis `maxmemory` (claims refused with `StoreFullError`
             under `maxmemory-policy noeviction`).
+        allow_eviction: serve keyed calls even when Redis' `maxmemory-policy` is not
+            `noeviction`. Redis may then delete records inside their retention, and a retry of
+            an evicted key runs again. Off by default: on an evicting policy keyed calls are
+            refused with `idempotency_store_unavailable`, and the log says why.
 
     Build one with `RedisStore.from_url("redis://host:6379/0")`; records survive server
     restarts of idemtools (and of Redis when it persists, i.e. with AOF or RDB).
@@ -249,6 +285,7 @@ class RedisStore:
         *,
         prefix: str = "idemtools:",
         max_records_per_scope: int | None = None,
+        allow_eviction: bool = False,
         _owns_client: bool = False,
     ) -> None:
         if max_records_per_scope is not None and max_records_per_scope < 1:
@@ -256,6 +293,10 @@ class RedisStore:
         self._client = client
         self.prefix = prefix
         self.max_records_per_scope = max_records_per_scope
+        self.allow_eviction = allow_eviction
+        self._policy_ok = False
+        self._policy_checked_at: float | None = None
+        self._policy_refusal: str | None = None
         self._prefix_bytes = prefix.encode("utf-8", "surrogatepass")
         # Only a Cluster needs a scope's records and its quota set in one slot (hash tag).
         self._tagged = max_records_per_scope is not None and _is_cluster(client)
@@ -280,6 +321,7 @@ class RedisStore:
         *,
         prefix: str = "idemtools:",
         max_records_per_scope: int | None = None,
+        allow_eviction: bool = False,
         connect_timeout: float = 2.0,
         timeout: float = 5.0,
         max_connections: int | None = None,
@@ -306,6 +348,7 @@ class RedisStore:
             client,
             prefix=prefix,
             max_records_per_scope=max_records_per_scope,
+            allow_eviction=allow_eviction,
             _owns_client=True,
         )
 
@@ -328,12 +371,16 @@ class RedisStore:
             connection_class=pool.connection_class, max_connections=4, **settings
         )
         client = Redis(connection_pool=keeper_pool)
-        return RedisStore(
+        keeper = RedisStore(
             client,
             prefix=self.prefix,
             max_records_per_scope=self.max_records_per_scope,
+            allow_eviction=self.allow_eviction,
             _owns_client=True,
         )
+        # It only renews claims this store made, after this store checked the eviction policy.
+        keeper._policy_ok = True
+        return keeper
 
     @property
     def client(self) -> Redis | RedisCluster:
@@ -358,11 +405,91 @@ class RedisStore:
             self._prefix_bytes + b"q:{" + _scope_tag(scope.encode("utf-8", "surrogatepass")) + b"}"
         )
 
+    @property
+    def description(self) -> str:
+        """Where the records live, safe for logs: host, port and database, never a password."""
+        kwargs = getattr(getattr(self._client, "connection_pool", None), "connection_kwargs", {})
+        if "path" in kwargs:
+            where = f"unix://{kwargs['path']}"
+        elif "host" in kwargs:
+            where = f"redis://{kwargs['host']}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+        else:
+            where = type(self._client).__name__
+        return f"{where} prefix={self.prefix!r}"
+
     # -- plumbing -------------------------------------------------------------------------------
+
+    async def _check_policy(self, key: str) -> None:
+        """Refuse keyed calls on a Redis whose `maxmemory-policy` may evict our records.
+
+        Read once, when the store first reaches Redis; while refused, again at most every
+        `_POLICY_RECHECK` seconds. Connection errors propagate (the store is then unavailable,
+        and the policy is read on the next operation).
+        """
+        now = time.monotonic()
+        if (
+            self._policy_refusal is not None
+            and self._policy_checked_at is not None
+            and now - self._policy_checked_at < _POLICY_RECHECK
+        ):
+            raise self._eviction_error(key)
+        self._policy_checked_at = now
+        try:
+            info = await self._client.info("memory")
+        except redis_errors.ResponseError as exc:  # INFO renamed or denied by an ACL
+            policies: set[str] = set()
+            unreadable = f"INFO memory failed ({exc})"
+        else:
+            policies = _policies(info)
+            unreadable = "INFO memory has no maxmemory_policy" if not policies else ""
+        evicting = sorted(p for p in policies if p != "noeviction")
+        if not evicting and not unreadable:
+            if self._policy_refusal is not None:
+                log.warning(
+                    "Redis store %s: maxmemory-policy is now noeviction; keyed calls "
+                    "are served again",
+                    self.description,
+                )
+            self._policy_ok, self._policy_refusal = True, None
+            return
+        why = (
+            f"maxmemory-policy is {', '.join(evicting)}: Redis may delete idempotency records "
+            "before their retention ends, and a retry would then run the tool again"
+            if evicting
+            else f"cannot tell whether Redis may evict records: {unreadable}"
+        )
+        if self.allow_eviction:
+            log.warning(
+                "Redis store %s: %s; served anyway because allow_eviction=True",
+                self.description,
+                why,
+            )
+            self._policy_ok = True
+            return
+        if self._policy_refusal is None:
+            log.error(
+                "Redis store %s refuses keyed calls: %s. Set `maxmemory-policy noeviction` on "
+                "the Redis server (a full Redis then answers idempotency_store_full instead of "
+                "forgetting records), or accept the risk with allow_eviction=True "
+                "(?allow_eviction=true in the store URL)",
+                self.description,
+                why,
+            )
+        self._policy_refusal = why
+        raise self._eviction_error(key)
+
+    def _eviction_error(self, key: str) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"Redis store {self.description} refuses keyed calls: {self._policy_refusal}",
+            key=key,
+            client_message=_EVICTION_CLIENT_MESSAGE,
+        )
 
     async def _call(self, op: Callable[[bool], Awaitable[T]], key: str) -> T:
         """Run `op(retrying)`; retry once on a broken connection; map failures to our errors."""
         try:
+            if not self._policy_ok:
+                await self._check_policy(key)
             try:
                 return await op(False)
             except _CONNECTION_ERRORS:
@@ -371,7 +498,8 @@ class RedisStore:
                 # `connect_timeout`.
                 return await op(True)
         except redis_errors.ResponseError as exc:
-            if str(exc).startswith("OOM"):
+            # redis-py strips the "OOM" prefix when it maps the reply to OutOfMemoryError.
+            if isinstance(exc, redis_errors.OutOfMemoryError) or str(exc).startswith("OOM"):
                 raise StoreFullError(
                     "Redis is out of memory (maxmemory reached); new keyed calls are refused "
                     "until records expire",

@@ -245,6 +245,11 @@ class SQLiteStore:
             f"max_bytes={self.max_bytes!r}, max_records_per_scope={self.max_records_per_scope!r})"
         )
 
+    @property
+    def description(self) -> str:
+        """The database file, for the operator's log (never sent to clients)."""
+        return self.path
+
     # -- plumbing ----------------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:

@@ -73,6 +73,17 @@ def test_redis_prefix_from_query() -> None:
     assert store.prefix == "run1:"  # type: ignore[attr-defined]
 
 
+def test_redis_allow_eviction_from_query() -> None:
+    pytest.importorskip("redis")
+    assert not from_url("redis://127.0.0.1:6379/0").allow_eviction  # type: ignore[attr-defined]
+    store = from_url("redis://127.0.0.1:6379/0?allow_eviction=true&prefix=p:")
+    assert store.allow_eviction and store.prefix == "p:"  # type: ignore[attr-defined]
+    kwargs = store.client.connection_pool.connection_kwargs  # type: ignore[attr-defined]
+    assert "allow_eviction" not in kwargs  # ours, not the driver's
+    with pytest.raises(ValueError, match="allow_eviction"):
+        from_url("redis://127.0.0.1:6379/0?allow_eviction=maybe")
+
+
 def test_postgres_table_from_query() -> None:
     pytest.importorskip("psycopg")
     store = from_url("postgresql://postgres@127.0.0.1:5432/test?table=run1")
