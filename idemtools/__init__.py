@@ -23,6 +23,7 @@ from .errors import (
     ScopeUnavailableError,
     StoreFullError,
     StoreUnavailableError,
+    UnauthorizedError,
 )
 from .installation import Installation, ToolPolicy, install, installation_of
 from .outcome import Outcome
@@ -32,6 +33,8 @@ from .scopes import (
     CallContext,
     Scope,
     by_auth_subject,
+    by_client_id,
+    local_transport,
     local_user,
     per_session,
     scope,
@@ -65,13 +68,16 @@ __all__ = [
     "StoreUnavailableError",
     "ToolCall",
     "ToolPolicy",
+    "UnauthorizedError",
     "by_auth_subject",
+    "by_client_id",
     "canonicalize",
     "default_registry",
     "fingerprint",
     "idempotent",
     "install",
     "installation_of",
+    "local_transport",
     "local_user",
     "per_session",
     "policy_of",

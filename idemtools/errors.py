@@ -7,6 +7,7 @@
     │   ├── InProgressError               idempotency_key_in_progress (carries retry_after_ms)
     │   ├── ConflictError                 idempotency_key_conflict
     │   ├── ScopeUnavailableError         idempotency_scope_unavailable
+    │   ├── UnauthorizedError             idempotency_unauthorized (the tool's authorize= refused)
     │   ├── StoreFullError                idempotency_store_full
     │   ├── StoreUnavailableError         idempotency_store_unavailable
     │   ├── RecordCorruptError            idempotency_record_corrupt
@@ -38,6 +39,7 @@ __all__ = [
     "ScopeUnavailableError",
     "StoreFullError",
     "StoreUnavailableError",
+    "UnauthorizedError",
     "error_from_data",
 ]
 
@@ -61,6 +63,7 @@ class ErrorCodes:
     idempotency_store_unavailable: int = -32055
     idempotency_record_corrupt: int = -32056
     idempotency_outcome_too_large: int = -32057
+    idempotency_unauthorized: int = -32058
 
     def code_for(self, error_type: str) -> int:
         code = getattr(self, error_type, None)
@@ -127,6 +130,16 @@ class ScopeUnavailableError(RefusedError):
     type = "idempotency_scope_unavailable"
 
 
+class UnauthorizedError(RefusedError):
+    """The tool's `authorize=` check refused the caller: no record was read or written.
+
+    Sent with a fixed message: what the check raised stays on the server (it may name
+    permissions or other callers), and is logged there.
+    """
+
+    type = "idempotency_unauthorized"
+
+
 class StoreFullError(RefusedError):
     """The store holds its maximum number of live records; records are never dropped early."""
 
@@ -162,6 +175,7 @@ _BY_TYPE: dict[str, type[RefusedError]] = {
         InProgressError,
         ConflictError,
         ScopeUnavailableError,
+        UnauthorizedError,
         StoreFullError,
         StoreUnavailableError,
         RecordCorruptError,

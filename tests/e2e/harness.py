@@ -199,6 +199,15 @@ class MemoryWire:
 @contextlib.asynccontextmanager
 async def memory_wire(app: App) -> AsyncIterator[MemoryWire]:
     lowlevel = lowlevel_of(app.server)
+    # A raw stream pair is no transport idemtools can recognise: declare it local (the tests'
+    # by_auth_subject tools then scope by the local user, as over stdio).
+    with idemtools.local_transport("memory"):
+        async with _memory_wire(app, lowlevel) as wire:
+            yield wire
+
+
+@contextlib.asynccontextmanager
+async def _memory_wire(app: App, lowlevel: Any) -> AsyncIterator[MemoryWire]:
     async with (
         create_client_server_memory_streams() as ((c_read, c_write), (s_read, s_write)),
         anyio.create_task_group() as tg,
