@@ -575,3 +575,22 @@ def test_idemtools_stays_innermost_whatever_the_list_operation() -> None:
     assert chain[-1] is ours
     chain[0] = object()
     assert chain[-1] is ours
+
+
+# -- 7. one key on tools with different scope strategies ----------------------------------------
+
+
+async def test_one_key_on_tools_of_the_same_and_of_other_scopes() -> None:
+    from .harness import make_app, memory_wire
+
+    app = make_app()
+    async with memory_wire(app) as wire:
+        charged = await wire.call(keyed("charge", "k-7", amount=1))  # by_auth_subject
+        same_scope = await wire.call(keyed("report", "k-7", n=1))  # by_auth_subject too
+        other_scope = await wire.call(keyed("echo", "k-7", value=1))  # shared
+        echo_again = await wire.call(keyed("echo", "k-7", value=1))
+    assert result_text(charged).startswith("charged 1")
+    assert error_type(same_scope) == "idempotency_key_conflict"
+    assert app.count("report") == 0
+    assert "result" in other_scope and echo_again["result"] == other_scope["result"]
+    assert app.count("echo") == 1 and app.count("charge") == 1
