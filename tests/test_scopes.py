@@ -22,6 +22,7 @@ from idemtools import (
     scope,
     shared,
 )
+from idemtools import local_transport as idemtools_local
 
 ISSUER = "https://as.example"
 
@@ -388,3 +389,28 @@ def test_scopes_are_injective_across_strategies(
     assert forged != vp
     assert (vp == vq) == (ip == iq)
     assert _value(_STRATEGIES[first], p) == vp  # equal principal, same scope, every time
+
+
+def test_local_transport_is_declared_for_its_block_only() -> None:
+    from idemtools.scopes import declared_local_transport
+
+    assert declared_local_transport() is None
+    with idemtools_local("stdio"):
+        assert declared_local_transport() == "stdio"
+        with idemtools_local("memory"):
+            assert declared_local_transport() == "memory"
+        assert declared_local_transport() == "stdio"
+    assert declared_local_transport() is None
+    with pytest.raises(ValueError), idemtools_local("websocket"):  # type: ignore[arg-type]
+        pass
+
+
+def test_sdk_session_ids_are_per_object_random_and_stable() -> None:
+    from idemtools.scopes import sdk_session_id
+
+    class Session:
+        pass
+
+    a, b = Session(), Session()
+    assert sdk_session_id(a) == sdk_session_id(a) != sdk_session_id(b)
+    assert len(sdk_session_id(a)) == 32
