@@ -63,17 +63,29 @@ class App:
         return sum(1 for name, _ in self.runs if name == tool)
 
 
+class SubjectToken(AccessToken):
+    """mcp < 1.30 has no `subject`/`claims` on `AccessToken`: a verifier there adds them
+    (idemtools never scopes by the client id in their place)."""
+
+    subject: str | None = None
+    claims: dict[str, Any] | None = None
+
+
 class Verifier:
-    """A token verifier: `tok-<who>` is a valid token for client `client-<who>`."""
+    """A token verifier: `tok-<who>` is a valid token of subject `user-<who>`, client
+    `client-<who>`."""
 
     async def verify_token(self, token: str) -> Any:
         if not token.startswith("tok-"):
             return None
         who = token[4:]
-        extra: dict[str, Any] = {}
-        if "subject" in AccessToken.model_fields:  # mcp >= 1.30 / 2.x carry subject and claims
-            extra = {"subject": f"user-{who}", "claims": {"iss": "https://issuer.test"}}
-        return AccessToken(token=token, client_id=f"client-{who}", scopes=["mcp"], **extra)
+        return SubjectToken(
+            token=token,
+            client_id=f"client-{who}",
+            scopes=["mcp"],
+            subject=f"user-{who}",
+            claims={"iss": "https://issuer.test"},
+        )
 
 
 def make_app(

@@ -32,9 +32,9 @@ from .harness import (
     ERAS,
     LINE,
     MODERN,
-    AccessToken,
     AuthSettings,
     HttpWire,
+    SubjectToken,
     _Server,
     error_type,
     http_wire,
@@ -44,13 +44,6 @@ from .harness import (
 MODES = [(stateless, era) for stateless in (False, True) for era in ERAS]
 MODE_IDS = [f"{'stateless' if s else 'stateful'}-{e}" for s, e in MODES]
 ISSUER = "https://login.example"
-
-
-class Token(AccessToken):
-    """What the verifier returns; mcp < 1.30 has no `subject`/`claims` on `AccessToken`."""
-
-    subject: str | None = None
-    claims: dict[str, Any] | None = None
 
 
 @dataclass
@@ -71,7 +64,9 @@ class Introspection:
         extra: dict[str, Any] = {}
         if self.with_subject:
             extra = {"subject": row["sub"], "claims": {"iss": row["iss"]} if "iss" in row else {}}
-        return Token(token=token, client_id=row["client_id"], scopes=row["scope"].split(), **extra)
+        return SubjectToken(
+            token=token, client_id=row["client_id"], scopes=row["scope"].split(), **extra
+        )
 
 
 TABLE: dict[str, dict[str, Any]] = {
