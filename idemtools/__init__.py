@@ -24,6 +24,7 @@ from .errors import (
     ScopeUnavailableError,
     StoreFullError,
     StoreUnavailableError,
+    UnauthorizedError,
 )
 from .installation import Installation, ToolPolicy, install, installation_of
 from .outcome import Outcome
@@ -33,6 +34,8 @@ from .scopes import (
     CallContext,
     Scope,
     by_auth_subject,
+    by_client_id,
+    local_transport,
     local_user,
     per_session,
     scope,
@@ -67,13 +70,16 @@ __all__ = [
     "StoreUnavailableError",
     "ToolCall",
     "ToolPolicy",
+    "UnauthorizedError",
     "by_auth_subject",
+    "by_client_id",
     "canonicalize",
     "default_registry",
     "fingerprint",
     "idempotent",
     "install",
     "installation_of",
+    "local_transport",
     "local_user",
     "per_session",
     "policy_of",

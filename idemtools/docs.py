@@ -190,6 +190,11 @@ _ERRORS: dict[str, tuple[str, str]] = {
         "access token, for a per-subject scope). Nothing ran.",
         "Authenticate, or call without a key if a duplicate is acceptable.",
     ),
+    "idempotency_unauthorized": (
+        "The tool's authorization check refused this caller; no recorded answer was read or "
+        "written. Nothing ran.",
+        "Call with credentials that grant the tool's permission.",
+    ),
     "idempotency_store_full": (
         "The store is at its bound (live records or bytes); none is dropped early to make "
         "room. Nothing ran.",

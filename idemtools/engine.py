@@ -45,8 +45,8 @@ from .errors import (
 )
 from .lease_keeper import Lease, LeaseKeeper
 from .outcome import Outcome
-from .policy import DEFAULT_POLICY, Policy, Registry, default_registry
-from .scopes import CallContext
+from .policy import DEFAULT_POLICY, Policy, Registry, authorize_call, default_registry
+from .scopes import AuthorizeFn, CallContext
 from .stores.base import Claim, Record, Status, Store, TransactionalStore
 
 try:  # trio depends on sniffio; without it, anyio's only other backend (asyncio) is running
@@ -113,6 +113,7 @@ class Engine:
         codes: JSON-RPC error codes per `error.data.type`.
         mark_replays: add `_meta["io.github.idemtools/replayed"] = true` to replayed results.
         max_retry_after: upper bound (seconds) of `retryAfterMs` on in-progress refusals.
+        authorize: the check run before every keyed call of a tool whose policy has none.
     """
 
     def __init__(
@@ -126,8 +127,10 @@ class Engine:
         codes: ErrorCodes | None = None,
         mark_replays: bool = False,
         max_retry_after: float = 1.0,
+        authorize: AuthorizeFn | None = None,
     ) -> None:
         self.store = store
+        self.authorize = authorize
         self.max_retry_after = max_retry_after
         self.registry = registry if registry is not None else default_registry
         self.default_policy = default_policy
@@ -171,6 +174,9 @@ class Engine:
                 )
             key = self.check_key(call.key)
             policy = self.policy_for(call.name, call.policy)
+            check = policy.authorize or self.authorize
+            if check is not None:  # before any record is read: a replay is no bypass
+                await authorize_call(check, call.context, key)
             scope = _scope_hash(policy, call.context, key)
             try:
                 fp = fingerprint(call.name, call.arguments)

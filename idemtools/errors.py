@@ -7,6 +7,7 @@
     │   ├── InProgressError               idempotency_key_in_progress (carries retry_after_ms)
     │   ├── ConflictError                 idempotency_key_conflict
     │   ├── ScopeUnavailableError         idempotency_scope_unavailable
+    │   ├── UnauthorizedError             idempotency_unauthorized (the tool's authorize= refused)
     │   ├── StoreFullError                idempotency_store_full
     │   ├── QuotaExceededError            idempotency_quota_exceeded
     │   ├── StoreUnavailableError         idempotency_store_unavailable
@@ -41,6 +42,7 @@ __all__ = [
     "ScopeUnavailableError",
     "StoreFullError",
     "StoreUnavailableError",
+    "UnauthorizedError",
     "error_from_data",
 ]
 
@@ -65,6 +67,7 @@ class ErrorCodes:
     idempotency_record_corrupt: int = -32056
     idempotency_outcome_too_large: int = -32057
     idempotency_quota_exceeded: int = -32058
+    idempotency_unauthorized: int = -32059
 
     def code_for(self, error_type: str) -> int:
         code = getattr(self, error_type, None)
@@ -131,6 +134,16 @@ class ScopeUnavailableError(RefusedError):
     type = "idempotency_scope_unavailable"
 
 
+class UnauthorizedError(RefusedError):
+    """The tool's `authorize=` check refused the caller: no record was read or written.
+
+    Sent with a fixed message: what the check raised stays on the server (it may name
+    permissions or other callers), and is logged there.
+    """
+
+    type = "idempotency_unauthorized"
+
+
 class StoreFullError(RefusedError):
     """The store is at its bound (live records or bytes); records are never dropped early."""
 
@@ -189,6 +202,7 @@ _BY_TYPE: dict[str, type[RefusedError]] = {
         InProgressError,
         ConflictError,
         ScopeUnavailableError,
+        UnauthorizedError,
         StoreFullError,
         QuotaExceededError,
         StoreUnavailableError,

@@ -18,7 +18,8 @@ import anyio
 
 from .engine import Engine, _store_name
 from .errors import ErrorCodes, InstallError
-from .policy import DEFAULT_POLICY, Policy, Registry
+from .policy import DEFAULT_POLICY, Policy, Registry, _checked_authorize
+from .scopes import AuthorizeFn
 from .stores.base import Store
 
 __all__ = ["Installation", "ToolPolicy", "install", "installation_of"]
@@ -141,6 +142,7 @@ def install(
     codes: ErrorCodes | None = None,
     mark_replays: bool = False,
     declare_field: bool = True,
+    authorize: AuthorizeFn | None = None,
 ) -> Installation:
     """Make every keyed `tools/call` on `server` idempotent, per SEP-3182.
 
@@ -156,6 +158,11 @@ def install(
         declare_field: also declare `idempotencyKey` on the SDK's `CallToolRequestParams`
             (typed attribute `idempotency_key`), and check at start-up that a keyed request
             survives the SDK's parse path.
+        authorize: the server-wide `check(context)` for tools whose `@idempotent` declares no
+            `authorize=` of its own (a tool's own check replaces it). It runs before every
+            replay and execution of a keyed call; if it raises, the call is refused with
+            `idempotency_unauthorized`. Needed whenever tools authorize inside their handlers:
+            a replay never reaches the handler.
 
     Raises:
         InstallError: the server type is not supported, idemtools is already installed on it,
@@ -175,6 +182,7 @@ def install(
         max_outcome_bytes=max_outcome_bytes,
         codes=codes,
         mark_replays=mark_replays,
+        authorize=_checked_authorize(authorize),
     )
     from .adapters import adapt
 

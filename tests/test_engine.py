@@ -561,8 +561,8 @@ async def test_two_subjects_one_key_both_run_neither_sees_the_other(engine: Engi
     ("a", "b"),
     [
         (AuthInfo(issuer="https://a", subject="s"), AuthInfo(issuer="https://b", subject="s")),
-        (AuthInfo(client_id="c1"), AuthInfo(client_id="c2")),
-        (AuthInfo(issuer="i", subject="x"), AuthInfo(issuer="i", client_id="x")),
+        (AuthInfo(issuer="i", subject="s1"), AuthInfo(issuer="i", subject="s2")),
+        (AuthInfo(issuer="i", subject="x"), AuthInfo(issuer="i", subject="y", client_id="x")),
     ],
 )
 async def test_auth_identities_are_isolated(engine: Engine, a: AuthInfo, b: AuthInfo) -> None:
