@@ -17,7 +17,7 @@ from .contract import answer_text as _text
 if SDK2:
     import mcp_types as types
 else:
-    from mcp import types  # type: ignore[no-redef]
+    from mcp import types  # type: ignore[no-redef,unused-ignore]
 
 __all__ = ["add"]
 
@@ -84,63 +84,72 @@ def _add_high_level(server: Any, counters: _Counters) -> None:
         server.add_tool(fn, name=fn.__name__, description=DESCRIPTIONS[fn.__name__])
 
 
-def _add_lowlevel2(server: Any, counters: _Counters) -> None:
-    previous_list = server.get_request_handler("tools/list")
-    previous_call = server.get_request_handler("tools/call")
+if SDK2:
 
-    async def list_tools(ctx: Any, params: Any) -> Any:
-        tools = _tools()
-        if previous_list is not None:
-            theirs = await previous_list.handler(ctx, params)
-            return theirs.model_copy(update={"tools": [*theirs.tools, *tools]})
-        return types.ListToolsResult(tools=tools)
+    def _add_lowlevel2(server: Any, counters: _Counters) -> None:
+        previous_list = server.get_request_handler("tools/list")
+        previous_call = server.get_request_handler("tools/call")
 
-    async def call_tool(ctx: Any, params: Any) -> Any:
-        if params.name in FIXTURE_TOOLS:
-            return await _dispatch(counters, params.name, dict(params.arguments or {}))
-        if previous_call is None:
-            return types.CallToolResult.model_validate(
-                {"content": [{"type": "text", "text": f"unknown tool {params.name}"}], "isError": True}
-            )
-        return await previous_call.handler(ctx, params)
+        async def list_tools(ctx: Any, params: Any) -> Any:
+            tools = _tools()
+            if previous_list is not None:
+                theirs = await previous_list.handler(ctx, params)
+                return theirs.model_copy(update={"tools": [*theirs.tools, *tools]})
+            return types.ListToolsResult(tools=tools)
 
-    list_type = previous_list.params_type if previous_list else types.PaginatedRequestParams
-    call_type = previous_call.params_type if previous_call else types.CallToolRequestParams
-    server.add_request_handler("tools/list", list_type, list_tools)
-    server.add_request_handler("tools/call", call_type, call_tool)
-
-
-def _add_lowlevel1(server: Any, counters: _Counters) -> None:
-    if installation_of(server) is not None:
-        raise InstallError(
-            "add_fixture_tools: on an mcp 1.x low-level Server, call it before idemtools.install()"
-        )
-    handlers = server.request_handlers
-    previous_list = handlers.get(types.ListToolsRequest)
-    previous_call = handlers.get(types.CallToolRequest)
-
-    async def list_tools(req: Any) -> Any:
-        tools = _tools()
-        if previous_list is not None:
-            theirs = (await previous_list(req)).root
-            tools = [*theirs.tools, *tools]
-        return types.ServerResult(types.ListToolsResult(tools=tools))
-
-    async def call_tool(req: Any) -> Any:
-        if req.params.name in FIXTURE_TOOLS:
-            result = await _dispatch(counters, req.params.name, dict(req.params.arguments or {}))
-            return types.ServerResult(result)
-        if previous_call is None:
-            text = f"unknown tool {req.params.name}"
-            return types.ServerResult(
-                types.CallToolResult.model_validate(
-                    {"content": [{"type": "text", "text": text}], "isError": True}
+        async def call_tool(ctx: Any, params: Any) -> Any:
+            if params.name in FIXTURE_TOOLS:
+                return await _dispatch(counters, params.name, dict(params.arguments or {}))
+            if previous_call is None:
+                return types.CallToolResult.model_validate(
+                    {
+                        "content": [{"type": "text", "text": f"unknown tool {params.name}"}],
+                        "isError": True,
+                    }
                 )
-            )
-        return await previous_call(req)
+            return await previous_call.handler(ctx, params)
 
-    handlers[types.ListToolsRequest] = list_tools
-    handlers[types.CallToolRequest] = call_tool
+        list_type = previous_list.params_type if previous_list else types.PaginatedRequestParams
+        call_type = previous_call.params_type if previous_call else types.CallToolRequestParams
+        server.add_request_handler("tools/list", list_type, list_tools)
+        server.add_request_handler("tools/call", call_type, call_tool)
+
+else:
+
+    def _add_lowlevel1(server: Any, counters: _Counters) -> None:
+        if installation_of(server) is not None:
+            raise InstallError(
+                "add_fixture_tools: on an mcp 1.x low-level Server, call it before "
+                "idemtools.install()"
+            )
+        handlers = server.request_handlers
+        previous_list = handlers.get(types.ListToolsRequest)
+        previous_call = handlers.get(types.CallToolRequest)
+
+        async def list_tools(req: Any) -> Any:
+            tools = _tools()
+            if previous_list is not None:
+                theirs = (await previous_list(req)).root
+                tools = [*theirs.tools, *tools]
+            return types.ServerResult(types.ListToolsResult(tools=tools))
+
+        async def call_tool(req: Any) -> Any:
+            if req.params.name in FIXTURE_TOOLS:
+                result = await _dispatch(
+                    counters, req.params.name, dict(req.params.arguments or {})
+                )
+                return types.ServerResult(result)
+            if previous_call is None:
+                text = f"unknown tool {req.params.name}"
+                return types.ServerResult(
+                    types.CallToolResult.model_validate(
+                        {"content": [{"type": "text", "text": text}], "isError": True}
+                    )
+                )
+            return await previous_call(req)
+
+        handlers[types.ListToolsRequest] = list_tools
+        handlers[types.CallToolRequest] = call_tool
 
 
 def add(server: Any) -> None:

@@ -135,7 +135,9 @@ def main(args: argparse.Namespace) -> int:
             with open(args.json, "w", encoding="utf-8", newline="\n") as out:
                 out.write(report.render_json())
         except OSError as exc:
-            print(f"idemtools conformance: error: cannot write {args.json}: {exc.strerror}",
-                  file=sys.stderr)
+            print(
+                f"idemtools conformance: error: cannot write {args.json}: {exc.strerror}",
+                file=sys.stderr,
+            )
             return 2
     return report.exit_code()

@@ -159,6 +159,9 @@ class Report:
         if s["expected_failures"]:
             out.append("expected by the baseline: " + ", ".join(s["expected_failures"]))
         if s["stale_baseline"]:
-            out.append("stale baseline entries (they pass now; remove them): " + ", ".join(s["stale_baseline"]))
+            out.append(
+                "stale baseline entries (they pass now; remove them): "
+                + ", ".join(s["stale_baseline"])
+            )
         out.append("conformant" if s["exit_code"] == 0 else "not conformant")
         return out

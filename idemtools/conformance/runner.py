@@ -44,7 +44,9 @@ class Options:
         return self.target if isinstance(self.target, str) else shlex.join(self.target)
 
 
-def _opener(options: Options, era: str, *, url: str | None = None, second: bool = False) -> WireOpener:
+def _opener(
+    options: Options, era: str, *, url: str | None = None, second: bool = False
+) -> WireOpener:
     async def open_() -> Wire:
         wire: HttpWire | StdioWire
         if isinstance(options.target, str) or url is not None:
@@ -99,7 +101,9 @@ async def run(options: Options) -> Report:
                 continue
             served.append((era, wire))
         if not served:
-            raise TargetError(f"{options.describe()}: no protocol era served ({'; '.join(refusals)})")
+            raise TargetError(
+                f"{options.describe()}: no protocol era served ({'; '.join(refusals)})"
+            )
         for _era, wire in served:
             try:
                 await _check_fixtures(wire)
@@ -140,9 +144,8 @@ async def _run_era(options: Options, era: str, wire: Wire, run_id: str, report: 
             for check_id in scenario.checks:
                 info = CHECKS[check_id]
                 status, detail = outcomes[check_id]
-                if era == MODERN or era == LEGACY:
-                    report.results.append(
-                        Result(check_id, info.level, status, info.section, detail, era)
-                    )
+                report.results.append(
+                    Result(check_id, info.level, status, info.section, detail, era)
+                )
     finally:
         await ctx.aclose()

@@ -24,7 +24,7 @@ PY = sys.executable
 LINE = 2 if find_spec("mcp_types") is not None else 1
 LEGACY, MODERN = "2025-11-25", "2026-07-28"
 ERAS = [LEGACY, MODERN] if LINE == 2 else [LEGACY]
-SLOW_MS = "300"
+SLOW_MS = "600"
 
 
 @dataclass
@@ -60,7 +60,16 @@ def run_kit(tmp_path: Path, *args: str) -> Kit:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli_main(
-            ["conformance", "--json", str(report_path), "--slow-ms", SLOW_MS, "--timeout", "20", *args]
+            [
+                "conformance",
+                "--json",
+                str(report_path),
+                "--slow-ms",
+                SLOW_MS,
+                "--timeout",
+                "20",
+                *args,
+            ]
         )
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
     return Kit(code, report, out.getvalue(), err.getvalue())

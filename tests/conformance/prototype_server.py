@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from idemtools.conformance.contract import (  # noqa: E402
+from idemtools.conformance.contract import (
     COUNT,
     FAIL,
     FIXTURE_TOOLS,

@@ -20,9 +20,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import idemtools  # noqa: E402
-from idemtools.adapters import SDK2  # noqa: E402
-from idemtools.conformance import add_fixture_tools  # noqa: E402
+import idemtools
+from idemtools.adapters import SDK2
+from idemtools.conformance import add_fixture_tools
 
 
 def lowlevel() -> None:

@@ -122,7 +122,7 @@ async def test_counters_belong_to_one_server() -> None:
 def test_lowlevel1_after_install_is_refused() -> None:
     server = _low_level()
     idemtools.install(server)
-    with pytest.raises(InstallError, match="before idemtools.install"):
+    with pytest.raises(InstallError, match=r"before idemtools\.install"):
         add_fixture_tools(server)
 
 

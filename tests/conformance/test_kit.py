@@ -57,8 +57,14 @@ def test_executions_are_read_from_any_fixture_answer(label: str, n: int) -> None
 
 @pytest.mark.parametrize(
     "result",
-    [None, [], {}, {"content": "x"}, {"content": [{"type": "text", "text": "no count"}]},
-     {"content": [{"type": "text", "text": '{"executions": true}'}]}],
+    [
+        None,
+        [],
+        {},
+        {"content": "x"},
+        {"content": [{"type": "text", "text": "no count"}]},
+        {"content": [{"type": "text", "text": '{"executions": true}'}]},
+    ],
 )
 def test_no_count_is_none_not_a_guess(result: Any) -> None:
     assert contract.executions_of(result) is None
@@ -168,7 +174,9 @@ def test_server_that_dies_exits_2(tmp_path: Path) -> None:
 
 def test_server_without_fixtures_exits_2(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
-    kit = run_kit(tmp_path, "--era", "2025-11-25", "--", PY, str(root / "examples/payments_server.py"))
+    kit = run_kit(
+        tmp_path, "--era", "2025-11-25", "--", PY, str(root / "examples/payments_server.py")
+    )
     assert kit.code == 2
     assert "lacks the conformance fixture tools sep3182_record" in kit.err
 
@@ -186,8 +194,17 @@ def test_also_needs_http(tmp_path: Path) -> None:
 
 
 KIT_MODULES = ["__init__", "checks", "cli", "contract", "report", "runner", "wire"]
-FORBIDDEN = ("idemtools.engine", "idemtools.stores", "idemtools.adapters", "idemtools.installation",
-             "idemtools.policy", "idemtools.scopes", "idemtools.canonical", "mcp", "mcp_types")
+FORBIDDEN = (
+    "idemtools.engine",
+    "idemtools.stores",
+    "idemtools.adapters",
+    "idemtools.installation",
+    "idemtools.policy",
+    "idemtools.scopes",
+    "idemtools.canonical",
+    "mcp",
+    "mcp_types",
+)
 
 
 @pytest.mark.parametrize("module", KIT_MODULES)
@@ -209,7 +226,9 @@ def test_the_kit_is_a_black_box(module: str) -> None:
         else:
             continue
         for name in names:
-            if name == "idemtools.conformance._server_fixtures" or name.endswith("._server_fixtures"):
+            if name == "idemtools.conformance._server_fixtures" or name.endswith(
+                "._server_fixtures"
+            ):
                 assert module == "__init__"  # the lazy import inside add_fixture_tools
                 continue
             assert not name.startswith(FORBIDDEN), f"{module}.py imports {name}"
@@ -219,13 +238,23 @@ def test_numbers_in_the_equivalence_texts_are_equal_values() -> None:
     """The kit's own variants must be what it claims: equal parsed values, different texts."""
     from idemtools.conformance import checks
 
-    for scenario in ("equivalence_numbers", "equivalence_escapes", "equivalence_whitespace",
-                     "equivalence_key_order"):
+    for scenario in (
+        "equivalence_numbers",
+        "equivalence_escapes",
+        "equivalence_whitespace",
+        "equivalence_key_order",
+    ):
         source = ast.parse(Path(checks.__file__).read_text())
-        func = next(n for n in ast.walk(source)
-                    if isinstance(n, ast.AsyncFunctionDef) and n.name == scenario)
-        texts = [c.value for c in ast.walk(func) if isinstance(c, ast.Constant)
-                 and isinstance(c.value, str) and c.value.startswith("{")]
+        func = next(
+            n
+            for n in ast.walk(source)
+            if isinstance(n, ast.AsyncFunctionDef) and n.name == scenario
+        )
+        texts = [
+            c.value
+            for c in ast.walk(func)
+            if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.startswith("{")
+        ]
         assert len(texts) >= 2, scenario
         parsed = [json.loads(t) for t in texts]
         assert all(p == parsed[0] for p in parsed), scenario

@@ -17,7 +17,7 @@ import pytest
 
 from idemtools.conformance.checks import CHECKS, SCENARIOS
 
-from .kit import ERAS, LEGACY, LINE, MODERN, PY, HERE, http_server, run_kit, server_command
+from .kit import ERAS, HERE, LEGACY, LINE, MODERN, PY, http_server, run_kit, server_command
 
 pytestmark = pytest.mark.slow
 
