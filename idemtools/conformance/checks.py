@@ -20,9 +20,9 @@ from typing import Any
 
 from .contract import COUNT, FAIL, RECORD, RECORD_SLOW, executions_of
 from .report import Level, Status
-from .wire import LEGACY, MODERN, Raw, Wire, encode
+from .wire import LEGACY, MODERN, Raw, Wire, WireError, encode
 
-__all__ = ["CHECKS", "SCENARIOS", "CheckInfo", "Context", "Reply", "Scenario"]
+__all__ = ["CHECKS", "SCENARIOS", "CheckInfo", "Context", "OpenError", "Reply", "Scenario"]
 
 
 @dataclass(frozen=True)
@@ -217,6 +217,10 @@ CHECKS: dict[str, CheckInfo] = {
 }
 
 
+class OpenError(WireError):
+    """The second caller's or the other instance's connection was refused."""
+
+
 @dataclass
 class Reply:
     """One `tools/call` answer, as the kit reads it."""
@@ -288,7 +292,12 @@ class Context:
         return f"conf-{self.run_id}-{self.era}-{what}-{uuid.uuid4().hex[:8]}"
 
     async def open(self, opener: WireOpener) -> Wire:
-        wire = await opener()
+        """A second connection (second caller, other instance); OpenError when it is refused:
+        that is a misconfigured run (exit 2), not a failed check."""
+        try:
+            wire = await opener()
+        except WireError as exc:
+            raise OpenError(str(exc)) from None
         self._opened.append(wire)
         return wire
 
@@ -666,13 +675,13 @@ async def scope_per_caller(ctx: Context) -> Outcomes:
         return bad
     theirs = await ctx.call(RECORD, {"label": label}, key, wire=other)
     mine_again = await ctx.call(RECORD, {"label": label}, key)
+    if theirs.same_result(mine) or (theirs.error_data() or {}).get("type") in (
+        "idempotency_key_conflict",
+        "idempotency_key_in_progress",
+    ):
+        return {check: ("fail", f"the second caller was matched with the first: {theirs.show()}")}
     if theirs.executions != 2:
-        return {
-            check: (
-                "fail",
-                f"the second caller's call was matched with the first's: {theirs.show()}",
-            )
-        }
+        return {check: ("fail", f"the second caller's call did not execute: {theirs.show()}")}
     return {
         check: _verdict(
             mine_again.same_result(mine),

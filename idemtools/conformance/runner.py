@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .checks import CHECKS, SCENARIOS, Context, WireOpener
+from .checks import CHECKS, SCENARIOS, Context, OpenError, WireOpener
 from .contract import FIXTURE_TOOLS
 from .report import Baseline, Report, Result
 from .wire import LEGACY, MODERN, HttpWire, StdioWire, Wire, WireError
@@ -139,6 +139,10 @@ async def _run_era(options: Options, era: str, wire: Wire, run_id: str, report: 
                 continue
             try:
                 outcomes = await scenario.run(ctx)
+            except OpenError as exc:
+                raise TargetError(
+                    f"{scenario.checks[0]}: cannot open its connection: {exc}"
+                ) from None
             except WireError as exc:
                 outcomes = dict.fromkeys(scenario.checks, ("fail", f"wire failure: {exc}"))
             for check_id in scenario.checks:

@@ -47,6 +47,20 @@ def test_example_server_passes_over_stdio(tmp_path: Path) -> None:
 def test_example_server_passes_over_stateless_http_with_two_callers(tmp_path: Path) -> None:
     with http_server("example") as url:
         kit = run_kit(tmp_path, "--header", ALICE, "--second-header", BOB, url)
+        refused = run_kit(
+            tmp_path,
+            "--era",
+            LEGACY,
+            "--header",
+            ALICE,
+            "--second-header",
+            "Authorization: Bearer wrong",
+            url,
+        )
+        anonymous = run_kit(tmp_path, url)
+    # Credentials the target refuses are a misconfigured run (exit 2), not a failed check.
+    assert refused.code == 2 and "sep-3182-scope-per-caller" in refused.err, refused.err
+    assert anonymous.code == 2 and "--header" in anonymous.err
     assert kit.code == 0, kit.out + kit.err
     assert kit.report["summary"]["eras"] == ERAS
     assert kit.by_era("pass") == {era: ids_for(era) - OPTIONAL for era in ERAS}
