@@ -170,6 +170,9 @@ class StdioWire(Wire):
                 if future is not None and not future.done():
                     future.set_result(message)
         finally:
+            if self._stderr is not None:  # let the last words of a dying server arrive
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(self._stderr), 1)
             problem = WireError(f"the server process ended{self._stderr_tail()}")
             for future in self._pending.values():
                 if not future.done():
