@@ -3,6 +3,7 @@
     python examples/payments_server.py                      # stdio (what MCP hosts launch)
     python examples/payments_server.py --http 8765          # streamable HTTP on 127.0.0.1
     python examples/payments_server.py --http 8765 --stateless
+    python examples/payments_server.py --conformance        # plus the conformance fixture tools
 
 Store: the embedded MemoryStore unless IDEMTOOLS_STORE names another, e.g.
 `sqlite:///tmp/pay.db` or `redis://127.0.0.1:6379/0` (several instances must share one).
@@ -25,6 +26,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 
 from idemtools import idempotent, install, shared
+from idemtools.conformance import add_fixture_tools
 from idemtools.stores import from_url
 
 try:  # mcp 2.x
@@ -111,7 +113,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP")
     parser.add_argument("--stateless", action="store_true", help="stateless HTTP")
+    parser.add_argument(
+        "--conformance",
+        action="store_true",
+        help="add the fixture tools `idemtools conformance` needs (test builds only)",
+    )
     args = parser.parse_args(argv)
+    if args.conformance:
+        add_fixture_tools(server)
     if args.http is None:
         server.run()
         return

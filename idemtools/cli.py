@@ -1,4 +1,6 @@
-"""The `idemtools` command: `idemtools docs module:attribute [-o FILE] [--format markdown|json]`.
+"""The `idemtools` command: `idemtools docs module:attribute [-o FILE] [--format markdown|json]`,
+and `idemtools conformance TARGET` (the black-box SEP-3182 kit, `idemtools.conformance.cli`,
+which has its own exit codes: 0 conformant, 1 a MUST check failed, 2 target unreachable).
 
 Exit codes follow shell habit: 0 done, 2 usage errors (argparse's own code, also for a
 reference that is not `module:attribute`), 1 when the server cannot be loaded or documented,
@@ -16,6 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import anyio
 
+from .conformance import cli as conformance_cli
 from .docs import (
     DocsError,
     SpecError,
@@ -69,12 +72,15 @@ def _parser() -> argparse.ArgumentParser:
     docs.add_argument(
         "--format", choices=("markdown", "json"), default="markdown", help="default: markdown"
     )
+    conformance_cli.add_parser(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     args = _parser().parse_args(argv)
+    if args.command == "conformance":
+        return conformance_cli.main(args)
     # Console scripts, unlike `python -m`, do not put the current directory on sys.path;
     # a user documenting `myapp.server:server` from the project root expects it to import.
     if os.getcwd() not in sys.path and "" not in sys.path:

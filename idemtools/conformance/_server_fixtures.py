@@ -1,0 +1,168 @@
+"""The fixture tools on a Python MCP server (the server side of the contract; imports the SDK).
+
+No `from __future__ import annotations` here: FastMCP and MCPServer read the tools' annotations
+as objects, and these functions are defined inside `add`.
+"""
+
+from typing import Any
+
+import anyio
+
+from ..adapters import SDK2
+from ..errors import InstallError
+from ..installation import installation_of
+from .contract import COUNT, DESCRIPTIONS, FAIL, FIXTURE_TOOLS, RECORD, RECORD_SLOW, SCHEMAS
+from .contract import answer_text as _text
+
+if SDK2:
+    import mcp_types as types
+else:
+    from mcp import types  # type: ignore[no-redef,unused-ignore]
+
+__all__ = ["add"]
+
+
+class _Counters:
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def record(self, label: str) -> int:
+        self.counts[label] = self.counts.get(label, 0) + 1
+        return self.counts[label]
+
+    def get(self, label: str) -> int:
+        return self.counts.get(label, 0)
+
+
+def _result(label: str, executions: int, *, error: bool = False) -> Any:
+    return types.CallToolResult.model_validate(
+        {"content": [{"type": "text", "text": _text(label, executions)}], "isError": error}
+    )
+
+
+async def _dispatch(counters: _Counters, name: str, arguments: dict[str, Any]) -> Any:
+    label = arguments.get("label")
+    if not isinstance(label, str):
+        return types.CallToolResult.model_validate(
+            {"content": [{"type": "text", "text": "label: a string is required"}], "isError": True}
+        )
+    if name == COUNT:
+        return _result(label, counters.get(label))
+    executions = counters.record(label)
+    if name == RECORD_SLOW:
+        ms = arguments.get("ms") or 0
+        await anyio.sleep(max(0, int(ms)) / 1000)
+    return _result(label, executions, error=name == FAIL)
+
+
+def _tools() -> list[Any]:
+    return [
+        types.Tool.model_validate(
+            {"name": name, "description": DESCRIPTIONS[name], "inputSchema": SCHEMAS[name]}
+        )
+        for name in FIXTURE_TOOLS
+    ]
+
+
+def _add_high_level(server: Any, counters: _Counters) -> None:
+    async def sep3182_record(label: str, payload: Any = None) -> types.CallToolResult:
+        return await _dispatch(counters, RECORD, {"label": label})  # type: ignore[no-any-return]
+
+    async def sep3182_record_slow(
+        label: str, ms: int = 0, payload: Any = None
+    ) -> types.CallToolResult:
+        result = await _dispatch(counters, RECORD_SLOW, {"label": label, "ms": ms})
+        return result  # type: ignore[no-any-return]
+
+    async def sep3182_fail(label: str, payload: Any = None) -> types.CallToolResult:
+        return await _dispatch(counters, FAIL, {"label": label})  # type: ignore[no-any-return]
+
+    async def sep3182_count(label: str) -> types.CallToolResult:
+        return await _dispatch(counters, COUNT, {"label": label})  # type: ignore[no-any-return]
+
+    for fn in (sep3182_record, sep3182_record_slow, sep3182_fail, sep3182_count):
+        server.add_tool(fn, name=fn.__name__, description=DESCRIPTIONS[fn.__name__])
+
+
+if SDK2:
+
+    def _add_lowlevel2(server: Any, counters: _Counters) -> None:
+        previous_list = server.get_request_handler("tools/list")
+        previous_call = server.get_request_handler("tools/call")
+
+        async def list_tools(ctx: Any, params: Any) -> Any:
+            tools = _tools()
+            if previous_list is not None:
+                theirs = await previous_list.handler(ctx, params)
+                return theirs.model_copy(update={"tools": [*theirs.tools, *tools]})
+            return types.ListToolsResult(tools=tools)
+
+        async def call_tool(ctx: Any, params: Any) -> Any:
+            if params.name in FIXTURE_TOOLS:
+                return await _dispatch(counters, params.name, dict(params.arguments or {}))
+            if previous_call is None:
+                return types.CallToolResult.model_validate(
+                    {
+                        "content": [{"type": "text", "text": f"unknown tool {params.name}"}],
+                        "isError": True,
+                    }
+                )
+            return await previous_call.handler(ctx, params)
+
+        list_type = previous_list.params_type if previous_list else types.PaginatedRequestParams
+        call_type = previous_call.params_type if previous_call else types.CallToolRequestParams
+        server.add_request_handler("tools/list", list_type, list_tools)
+        server.add_request_handler("tools/call", call_type, call_tool)
+
+else:
+
+    def _add_lowlevel1(server: Any, counters: _Counters) -> None:
+        if installation_of(server) is not None:
+            raise InstallError(
+                "add_fixture_tools: on an mcp 1.x low-level Server, call it before "
+                "idemtools.install()"
+            )
+        handlers = server.request_handlers
+        previous_list = handlers.get(types.ListToolsRequest)
+        previous_call = handlers.get(types.CallToolRequest)
+
+        async def list_tools(req: Any) -> Any:
+            tools = _tools()
+            if previous_list is not None:
+                theirs = (await previous_list(req)).root
+                tools = [*theirs.tools, *tools]
+            return types.ServerResult(types.ListToolsResult(tools=tools))
+
+        async def call_tool(req: Any) -> Any:
+            if req.params.name in FIXTURE_TOOLS:
+                result = await _dispatch(
+                    counters, req.params.name, dict(req.params.arguments or {})
+                )
+                return types.ServerResult(result)
+            if previous_call is None:
+                text = f"unknown tool {req.params.name}"
+                return types.ServerResult(
+                    types.CallToolResult.model_validate(
+                        {"content": [{"type": "text", "text": text}], "isError": True}
+                    )
+                )
+            return await previous_call(req)
+
+        handlers[types.ListToolsRequest] = list_tools
+        handlers[types.CallToolRequest] = call_tool
+
+
+def add(server: Any) -> None:
+    counters = _Counters()
+    lowlevel = getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", None)
+    if lowlevel is not None and hasattr(server, "add_tool"):
+        _add_high_level(server, counters)
+    elif SDK2 and hasattr(server, "add_request_handler"):
+        _add_lowlevel2(server, counters)
+    elif not SDK2 and isinstance(getattr(server, "request_handlers", None), dict):
+        _add_lowlevel1(server, counters)
+    else:
+        raise InstallError(
+            f"add_fixture_tools cannot add tools to {type(server).__name__}: expected FastMCP or "
+            "the low-level Server (mcp 1.x), or MCPServer or the low-level Server (mcp 2.x)"
+        )

@@ -1,0 +1,143 @@
+"""`idemtools conformance`: the command line of the kit (argparse wiring and exit codes)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from .checks import CHECKS
+from .report import Baseline, BaselineError
+from .runner import ERAS, Options, TargetError, run
+
+__all__ = ["add_parser", "main"]
+
+EPILOG = """\
+TARGET is a streamable HTTP URL (http://127.0.0.1:8000/mcp) or, after `--`, the command line of
+a stdio server (idemtools conformance -- node server.js). The target must expose the fixture
+tools (docs/conformance.md). Exit status: 0 every MUST check passed (after the baseline), 1 a
+MUST check failed or a baseline entry is stale, 2 the target cannot be reached, serves no
+requested era, or lacks the fixtures.
+"""
+
+
+def _header(value: str) -> tuple[str, str]:
+    name, sep, rest = value.partition(":")
+    if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
+        raise argparse.ArgumentTypeError(f"expected 'Name: value', got {value!r}")
+    return name.strip(), rest.strip()
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "conformance",
+        help="check any MCP server against SEP-3182, black-box",
+        description=(
+            "Black-box SEP-3182 conformance checks for any MCP server, in any language: one "
+            "line per check (id, level, pass/fail/skip, why) and a summary."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
+    parser.add_argument(
+        "--header",
+        action="append",
+        type=_header,
+        default=[],
+        metavar="'Name: value'",
+        help="HTTP header for every request (repeatable), e.g. 'Authorization: Bearer ...'",
+    )
+    parser.add_argument(
+        "--second-header",
+        action="append",
+        type=_header,
+        default=None,
+        metavar="'Name: value'",
+        help="a second authorized caller: its headers replace same-named --header values "
+        "(repeatable); enables sep-3182-scope-per-caller",
+    )
+    parser.add_argument(
+        "--also",
+        metavar="URL",
+        help="a second instance of the same deployment; enables sep-3182-shared-store",
+    )
+    parser.add_argument(
+        "--era", choices=(*ERAS, "all"), default="all", help="protocol era(s); default: all served"
+    )
+    parser.add_argument(
+        "--baseline", metavar="FILE", help="expected failures: one check id per line"
+    )
+    parser.add_argument(
+        "--retention",
+        type=float,
+        metavar="SECONDS",
+        help="the retention window the server documents (short ones only: the kit waits); "
+        "enables sep-3182-retention-window",
+    )
+    parser.add_argument(
+        "--slow-ms",
+        type=int,
+        default=1500,
+        metavar="MS",
+        help="how long the in-progress original runs (default 1500)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, metavar="SECONDS", help="per request (default 30)"
+    )
+    parser.add_argument("target", nargs="+", metavar="TARGET", help="URL, or -- COMMAND...")
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the kit for parsed arguments; returns the exit code."""
+    target: str | list[str] = list(args.target)
+    if target and target[0] == "--":
+        target = target[1:]
+    if len(target) == 1 and target[0].startswith(("http://", "https://")):
+        target = target[0]
+    if not target:
+        print("idemtools conformance: error: no TARGET", file=sys.stderr)
+        return 2
+    if args.also is not None and not isinstance(target, str):
+        print("idemtools conformance: error: --also needs an HTTP TARGET", file=sys.stderr)
+        return 2
+    if args.slow_ms < 50:
+        print("idemtools conformance: error: --slow-ms must be at least 50", file=sys.stderr)
+        return 2
+    try:
+        baseline = Baseline.load(args.baseline, CHECKS) if args.baseline else Baseline()
+    except BaselineError as exc:
+        print(f"idemtools conformance: error: baseline {exc}", file=sys.stderr)
+        return 2
+    options = Options(
+        target=target,
+        headers=dict(args.header),
+        second_headers=dict(args.second_header) if args.second_header is not None else None,
+        also=args.also,
+        eras=ERAS if args.era == "all" else (args.era,),
+        era_required=args.era != "all",
+        baseline=baseline,
+        slow_ms=args.slow_ms,
+        timeout=args.timeout,
+        retention=args.retention,
+    )
+    try:
+        report = asyncio.run(run(options))
+    except TargetError as exc:
+        print(f"idemtools conformance: error: {exc}", file=sys.stderr)
+        return 2
+    for line in report.lines():
+        print(line)
+    if args.json:
+        try:
+            with open(args.json, "w", encoding="utf-8", newline="\n") as out:
+                out.write(report.render_json())
+        except OSError as exc:
+            print(
+                f"idemtools conformance: error: cannot write {args.json}: {exc.strerror}",
+                file=sys.stderr,
+            )
+            return 2
+    return report.exit_code()

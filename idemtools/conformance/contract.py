@@ -1,0 +1,112 @@
+"""The fixture contract: four tools any MCP server adds so that a black box can count executions.
+
+A client cannot see whether a server executed a tool; it can only see answers. The kit therefore
+asks the server under test to expose four small tools that count their own executions per
+*label* (any string the kit picks), so that "the duplicate was not executed" becomes an
+observable number. The contract is language-neutral on purpose: a TypeScript, Go or Rust server
+implements it in a few lines (see docs/conformance.md).
+
+- `sep3182_record {label, payload?}`: count one execution of `label`; answer its new count.
+- `sep3182_record_slow {label, ms?, payload?}`: count one execution, sleep `ms` milliseconds,
+  then answer the count it recorded (an in-progress call a duplicate can overtake).
+- `sep3182_fail {label, payload?}`: count one execution; answer `isError: true` with the count.
+- `sep3182_count {label}`: answer the count of `label` without executing anything.
+
+Answers are one text content block holding the JSON object `{"label": ..., "executions": n}`
+(a `structuredContent` with the same object is allowed too). `payload` is any JSON value; it is
+ignored by the tool and exists so that the kit can vary arguments. Counters are per server
+process and shared by every caller; the three counting tools take the server's default
+idempotency policy, `sep3182_count` should not be keyed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+__all__ = [
+    "COUNT",
+    "FAIL",
+    "FIXTURE_TOOLS",
+    "RECORD",
+    "RECORD_SLOW",
+    "SCHEMAS",
+    "answer_text",
+    "executions_of",
+]
+
+RECORD = "sep3182_record"
+RECORD_SLOW = "sep3182_record_slow"
+FAIL = "sep3182_fail"
+COUNT = "sep3182_count"
+FIXTURE_TOOLS = (RECORD, RECORD_SLOW, FAIL, COUNT)
+
+_LABEL = {"type": "string", "description": "what to count executions of"}
+_PAYLOAD = {"description": "any JSON value; ignored, lets a caller vary the arguments"}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    RECORD: {
+        "type": "object",
+        "properties": {"label": _LABEL, "payload": _PAYLOAD},
+        "required": ["label"],
+    },
+    RECORD_SLOW: {
+        "type": "object",
+        "properties": {
+            "label": _LABEL,
+            "ms": {"type": "integer", "minimum": 0, "description": "sleep before answering"},
+            "payload": _PAYLOAD,
+        },
+        "required": ["label"],
+    },
+    FAIL: {
+        "type": "object",
+        "properties": {"label": _LABEL, "payload": _PAYLOAD},
+        "required": ["label"],
+    },
+    COUNT: {"type": "object", "properties": {"label": _LABEL}, "required": ["label"]},
+}
+
+DESCRIPTIONS = {
+    RECORD: "SEP-3182 conformance fixture: count one execution of `label`, answer the count.",
+    RECORD_SLOW: "SEP-3182 conformance fixture: count one execution, sleep `ms`, answer.",
+    FAIL: "SEP-3182 conformance fixture: count one execution, answer isError with the count.",
+    COUNT: "SEP-3182 conformance fixture: the execution count of `label` (executes nothing).",
+}
+
+
+def answer_text(label: str, executions: int) -> str:
+    """The text block every fixture answers with."""
+    return json.dumps({"label": label, "executions": executions})
+
+
+_EXECUTIONS = re.compile(r'"executions"\s*:\s*(\d+)')
+
+
+def executions_of(result: Any) -> int | None:
+    """The execution count in a fixture's `tools/call` result, or None when there is none.
+
+    Tolerant on purpose: a server may add `structuredContent`, or its SDK may wrap the text of an
+    error result ("Error executing tool ...: {...}"); the number is what the contract fixes.
+    """
+    if not isinstance(result, dict):
+        return None
+    structured = result.get("structuredContent")
+    if isinstance(structured, dict) and type(structured.get("executions")) is int:
+        return int(structured["executions"])
+    content = result.get("content")
+    for block in content if isinstance(content, list) else []:
+        text = block.get("text") if isinstance(block, dict) else None
+        if not isinstance(text, str):
+            continue
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and type(parsed.get("executions")) is int:
+            return int(parsed["executions"])
+        found = _EXECUTIONS.search(text)
+        if found:
+            return int(found.group(1))
+    return None

@@ -1,0 +1,71 @@
+"""Servers for the conformance proofs, started as real processes: `python servers.py KIND [...]`.
+
+- `example`: examples/payments_server.py with its `--conformance` flag (the fixture tools).
+- `example-no-install`: the same server with `idemtools.install` replaced by a no-op before the
+  example is imported: everything else (auth, tools, transports) unchanged.
+- `lowlevel`: a low-level `Server` of the installed mcp line, fixtures added, then install().
+- `short-retention`: the example's server kind with only the fixtures, every record kept
+  `IDEMTOOLS_TEST_RETENTION` seconds (the server default policy).
+
+Extra arguments are the example's: `--http PORT [--stateless]`; `lowlevel` and
+`short-retention` serve stdio only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import idemtools
+from idemtools.adapters import SDK2
+from idemtools.conformance import add_fixture_tools
+
+
+def lowlevel() -> None:
+    import anyio
+    from mcp.server.lowlevel import Server
+    from mcp.server.stdio import stdio_server
+
+    server: Any = Server("lowlevel-fixtures")
+    add_fixture_tools(server)
+    idemtools.install(server)
+
+    async def serve() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(serve)
+
+
+def short_retention() -> None:
+    if SDK2:
+        from mcp.server.mcpserver import MCPServer as Server
+    else:
+        from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,assignment]
+    server = Server("short-retention")
+    add_fixture_tools(server)
+    seconds = float(os.environ.get("IDEMTOOLS_TEST_RETENTION", "2"))
+    idemtools.install(server, default_policy=idemtools.Policy.of(retention=seconds))
+    server.run()
+
+
+def main(kind: str, argv: list[str]) -> None:
+    if kind == "lowlevel":
+        return lowlevel()
+    if kind == "short-retention":
+        return short_retention()
+    if kind == "example-no-install":
+        idemtools.install = lambda server, **options: None  # type: ignore[assignment,misc]
+    elif kind != "example":
+        raise SystemExit(f"unknown server kind {kind!r}")
+    from examples import payments_server
+
+    payments_server.main(["--conformance", *argv])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])

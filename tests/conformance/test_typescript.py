@@ -1,0 +1,61 @@
+"""Proof 4: a server on the official TypeScript SDK (npm `@modelcontextprotocol/sdk`) with the
+fixture tools and no idempotency. The kit, which knows nothing of either SDK, must report the
+capability missing and a keyed duplicate executed twice.
+
+node and npm are needed; without them the test is skipped, unless IDEMTOOLS_REQUIRE_SERVICES=1
+(CI), where it fails: CI must not go green by skipping the one cross-language proof.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.services import REQUIRE_ENV, services_required
+
+from .kit import HERE, LEGACY, run_kit
+
+pytestmark = pytest.mark.slow
+
+TS = HERE / "ts_server"
+
+
+def _need(message: str) -> None:
+    if services_required():
+        pytest.fail(f"{message} ({REQUIRE_ENV}=1: the TypeScript proof is required)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        _need("node and npm are needed for the TypeScript-SDK proof; install Node.js >= 18")
+    assert node is not None and npm is not None
+    if not (TS / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=TS,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if done.returncode != 0:
+            _need(f"npm ci in {TS} failed: {done.stderr[-800:]}")
+    return node
+
+
+def test_typescript_server_without_idempotency_is_caught(tmp_path: Path, node: str) -> None:
+    kit = run_kit(tmp_path, "--", node, str(TS / "server.mjs"))
+    assert kit.code == 1, kit.out + kit.err
+    assert kit.report["summary"]["eras"] == [LEGACY]
+    capability = kit.check("sep-3182-capability-initialize")
+    assert capability["status"] == "fail" and "missing" in capability["detail"]
+    duplicate = kit.check("sep-3182-duplicate-not-executed")
+    assert duplicate["status"] == "fail"
+    assert "2 executions" in duplicate["detail"]
+    # The fixtures themselves work: unkeyed calls count as they should.
+    assert kit.check("sep-3182-unkeyed-unaffected")["status"] == "pass"
