@@ -30,9 +30,12 @@ from typing import Any
 
 from .stores.base import Store
 
-__all__ = ["IDLE_EXIT", "Lease", "LeaseKeeper"]
+__all__ = ["IDLE_EXIT", "RETRY_FRACTION", "Lease", "LeaseKeeper"]
 
 log = logging.getLogger("idemtools")
+
+RETRY_FRACTION = 0.1
+"""After a failed renewal the next one is due in lease × this (instead of lease / 3)."""
 
 IDLE_EXIT = 10.0
 """Seconds without any claim to renew after which the keeper's thread ends (it starts again on
@@ -239,6 +242,12 @@ class LeaseKeeper:
         except Exception as exc:
             if not held.done:
                 self._on_error(held, exc)
+                # Try again soon, not a whole interval later: a store that is back within the
+                # lease (a restart, a failover) must see the renewal before the lease ends.
+                with self._lock:
+                    held.due = min(held.due, time.monotonic() + held.lease * RETRY_FRACTION)
+                if self._wake is not None:
+                    self._wake.set()
         else:
             if not ok and not held.done and held.claimed:
                 self.drop(held)
