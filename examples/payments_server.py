@@ -35,6 +35,16 @@ except ImportError:  # mcp 1.x
     from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,assignment]
 
 
+class CallerToken(AccessToken):
+    """mcp releases before 1.30 have no `subject` on `AccessToken`; a verifier adds it.
+
+    idemtools scopes by the token's subject, never by its client id (one app, many users).
+    """
+
+    subject: str | None = None
+    claims: dict[str, Any] | None = None
+
+
 class DemoTokens:
     """Over HTTP, callers authenticate with `Authorization: Bearer demo-<name>`.
 
@@ -46,10 +56,13 @@ class DemoTokens:
         if not token.startswith("demo-") or len(token) <= 5:
             return None
         name = token[5:]
-        extra: dict[str, Any] = {}
-        if "subject" in AccessToken.model_fields:  # mcp >= 1.30 carries subject and claims
-            extra = {"subject": name, "claims": {"iss": "https://payments.example"}}
-        return AccessToken(token=token, client_id=f"demo-{name}", scopes=["payments"], **extra)
+        return CallerToken(
+            token=token,
+            client_id=f"demo-{name}",
+            scopes=["payments"],
+            subject=name,
+            claims={"iss": "https://payments.example"},
+        )
 
 
 _auth: dict[str, Any] = {"issuer_url": "https://payments.example", "resource_server_url": None}

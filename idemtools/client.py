@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 
 from .adapters import SDK2
+from .engine import key_digest
 from .errors import InProgressError, StoreUnavailableError, error_from_data
 
 __all__ = ["NO_RETRY", "RetryPolicy", "advertises_idempotency", "call_tool", "new_key"]
@@ -122,7 +123,8 @@ async def call_tool(
     last: BaseException | None = None
     for attempt in range(policy.attempts):
         if attempt:
-            log.info("retrying %s (attempt %d) key-hash=%s", name, attempt + 1, key[:8])
+            # Keys are client data: logged as the same digest the server logs, never raw.
+            log.info("retrying %s (attempt %d) key_digest=%s", name, attempt + 1, key_digest(key))
         delay = policy.backoff(attempt)
         try:
             current = await _session(session, fresh, current)

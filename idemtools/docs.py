@@ -190,10 +190,21 @@ _ERRORS: dict[str, tuple[str, str]] = {
         "access token, for a per-subject scope). Nothing ran.",
         "Authenticate, or call without a key if a duplicate is acceptable.",
     ),
+    "idempotency_unauthorized": (
+        "The tool's authorization check refused this caller; no recorded answer was read or "
+        "written. Nothing ran.",
+        "Call with credentials that grant the tool's permission.",
+    ),
     "idempotency_store_full": (
-        "The store holds its maximum number of live records; none is dropped early to make "
+        "The store is at its bound (live records or bytes); none is dropped early to make "
         "room. Nothing ran.",
         "Retry later; tell the server operator.",
+    ),
+    "idempotency_quota_exceeded": (
+        "This caller already holds the maximum number of live records the server allows per "
+        "scope (one caller flooding unique keys cannot lock others out). Nothing ran.",
+        "Retry later with the same key, once older records expired; do not mint new keys "
+        "faster than records expire.",
     ),
     "idempotency_store_unavailable": (
         "The idempotency store could not be reached, so the server refused rather than risk a "

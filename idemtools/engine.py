@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.lowlevel
+import anyio.to_thread
 
 from .canonical import CanonicalizationError, fingerprint
 from .errors import (
@@ -38,12 +40,14 @@ from .errors import (
     RecordCorruptError,
     RefusedError,
     ScopeUnavailableError,
+    StoreFullError,
     StoreUnavailableError,
 )
+from .lease_keeper import Lease, LeaseKeeper
 from .outcome import Outcome
-from .policy import DEFAULT_POLICY, Policy, Registry, default_registry
-from .scopes import CallContext
-from .stores.base import Record, Status, Store, TransactionalStore
+from .policy import DEFAULT_POLICY, Policy, Registry, authorize_call, default_registry
+from .scopes import AuthorizeFn, CallContext
+from .stores.base import Claim, Record, Status, Store, TransactionalStore
 
 try:  # trio depends on sniffio; without it, anyio's only other backend (asyncio) is running
     from sniffio import current_async_library as _current_async_library
@@ -109,6 +113,7 @@ class Engine:
         codes: JSON-RPC error codes per `error.data.type`.
         mark_replays: add `_meta["io.github.idemtools/replayed"] = true` to replayed results.
         max_retry_after: upper bound (seconds) of `retryAfterMs` on in-progress refusals.
+        authorize: the check run before every keyed call of a tool whose policy has none.
     """
 
     def __init__(
@@ -122,8 +127,10 @@ class Engine:
         codes: ErrorCodes | None = None,
         mark_replays: bool = False,
         max_retry_after: float = 1.0,
+        authorize: AuthorizeFn | None = None,
     ) -> None:
         self.store = store
+        self.authorize = authorize
         self.max_retry_after = max_retry_after
         self.registry = registry if registry is not None else default_registry
         self.default_policy = default_policy
@@ -132,7 +139,13 @@ class Engine:
         self.codes = codes if codes is not None else ErrorCodes()
         self.mark_replays = mark_replays
         self.stats = EngineStats()
-        self._inflight: set[asyncio.Task[Outcome]] = set()
+        self.release_retry_delay = 1.0
+        self.record_retry_for = 5.0
+        self.keeper = LeaseKeeper(store, on_lost=self._lease_lost, on_error=self._renewal_failed)
+        self._background: set[asyncio.Task[Any]] = set()
+        self._executing: set[_Execution] = set()
+        self._idle: anyio.Event | None = None
+        self._closing = False
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -155,8 +168,15 @@ class Engine:
     async def handle(self, call: ToolCall, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
         """Run `run()` at most once per (scope, key); otherwise replay or refuse."""
         try:
+            if self._closing:
+                raise StoreUnavailableError(
+                    "the server is shutting down; retry this call (it was not run)", key=call.key
+                )
             key = self.check_key(call.key)
             policy = self.policy_for(call.name, call.policy)
+            check = policy.authorize or self.authorize
+            if check is not None:  # before any record is read: a replay is no bypass
+                await authorize_call(check, call.context, key)
             scope = _scope_hash(policy, call.context, key)
             try:
                 fp = fingerprint(call.name, call.arguments)
@@ -165,17 +185,82 @@ class Engine:
                     f"arguments cannot be compared as JSON ({exc}); the call was not run",
                     key=key,
                 ) from None
-            owner = os.urandom(16).hex()  # unique per execution: fences a stale owner
-            claim = await self._store(self.store.claim(scope, key, fp, owner, policy.lease), key)
+            execution = _Execution(scope, key, fp, os.urandom(16).hex(), policy)
+            claim = await self._claim(execution)
             if not claim.claimed:
                 if claim.existing is None:  # a store bug, not a client error
                     raise RecordCorruptError("store answered neither claimed nor a record", key=key)
                 return self._answer_existing(claim.existing, key, fp, policy)
         except RefusedError as exc:
             self.stats.refusals += 1
-            log.info("idempotency refusal %s key=%s", exc.type, _digest(call.key))
+            log.info("idempotency refusal %s key_digest=%s", exc.type, _digest(call.key))
             return self.refusal(exc)
-        return await self._execute(scope, key, owner, policy, run)
+        return await self._execute(execution, run)
+
+    async def _claim(self, execution: _Execution) -> Claim:
+        """Claim the key, shielded: a caller cancelled while the claim is on its way to the
+        store must not leave the key "in progress" for a whole lease while nothing runs.
+
+        anyio cancellation (how the SDKs cancel a request: the client's
+        `notifications/cancelled`, a dropped connection) waits for the claim; if it was asked
+        for meanwhile, the claim is released and the cancellation goes on. A native asyncio
+        `task.cancel()` goes through any anyio shield: then the claim is released in the
+        background (fenced by the owner token, so it can never free anyone else's claim).
+        """
+        ex = execution
+        # The keeper holds the lease from before the claim is sent: if this event loop blocks
+        # between the claim landing and this coroutine seeing the answer, it is renewed anyway.
+        held = ex.held = self.keeper.hold(ex.scope, ex.key, ex.owner, ex.policy.lease)
+        try:
+            with anyio.CancelScope(shield=True):
+                claim: Claim = await self._store(
+                    self.store.claim(ex.scope, ex.key, ex.fingerprint, ex.owner, ex.policy.lease),
+                    ex.key,
+                )
+        except asyncio.CancelledError:
+            self.keeper.drop(held)
+            self._release_later(ex)
+            raise
+        except BaseException:
+            self.keeper.drop(held)
+            raise
+        if not claim.claimed:
+            self.keeper.drop(held)
+            return claim
+        held.claimed = True
+        if anyio.current_effective_deadline() == -math.inf:
+            # Cancelled while claiming: nothing ran, so free the key before going on.
+            self.keeper.drop(held)
+            with anyio.CancelScope(shield=True):
+                await self._release_quietly(ex)
+            await anyio.lowlevel.checkpoint()  # delivers the pending cancellation
+        return claim
+
+    def _release_later(self, ex: _Execution) -> None:
+        try:
+            task = asyncio.get_running_loop().create_task(self._release_quietly(ex, again=True))
+        except RuntimeError:  # pragma: no cover - trio never cancels natively
+            return
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release_quietly(self, ex: _Execution, *, again: bool = False) -> None:
+        """Release a claim whose call will not run; `again`: the claim may still be in flight
+        to the store, so one more try follows a moment later if the first found nothing."""
+        for attempt in range(2 if again else 1):
+            if attempt:
+                await anyio.sleep(self.release_retry_delay)
+            try:
+                if await self.store.release(ex.scope, ex.key, ex.owner):
+                    self.stats.released += 1
+                    log.info("claim released after cancellation key_digest=%s", _digest(ex.key))
+                    return
+            except Exception as exc:
+                self.stats.store_errors += 1
+                log.warning(
+                    "could not release a cancelled claim key_digest=%s: %r", _digest(ex.key), exc
+                )
+                return
 
     def _answer_existing(self, record: Record, key: str, fp: str, policy: Policy) -> Outcome:
         if record.fingerprint != fp:
@@ -198,7 +283,7 @@ class Engine:
                 raise ValueError("completed record without an outcome")
             outcome = Outcome.from_bytes(record.outcome)
         except ValueError as exc:
-            log.error("corrupt idempotency record key=%s: %s", key_digest(key), exc)
+            log.error("corrupt idempotency record key_digest=%s: %s", key_digest(key), exc)
             raise RecordCorruptError(
                 "the stored outcome for this idempotencyKey cannot be read; the call was "
                 "not run again",
@@ -215,175 +300,140 @@ class Engine:
         return Outcome(result={**outcome.result, "_meta": meta}, replayed=True)
 
     async def _store(self, op: Awaitable[Any], key: object) -> Any:
-        """Await a store operation; anything but a refusal means the store is unavailable."""
+        """Await a store operation; a failure becomes `idempotency_store_unavailable`.
+
+        Every store failure (a store's own `StoreUnavailableError` or anything else it raised)
+        is the operator's business: counted in `stats.store_errors` and logged at WARNING with
+        its cause. The client gets a message without the store's details (hosts, file paths,
+        SQL, driver text), or the `client_message` the store marked as safe to show.
+        """
         try:
             return await op
+        except StoreUnavailableError as exc:
+            raise self._store_failure(exc, key) from exc
         except RefusedError as exc:
             if exc.key is None:  # stores do not know the raw key; the client's error data does
                 exc.key = key
+            if isinstance(exc, StoreFullError):
+                log.warning(
+                    "idempotency store %s is full key_digest=%s: %s",
+                    _store_name(self.store),
+                    _digest(key),
+                    exc,
+                )
             raise
         except Exception as exc:
-            self.stats.store_errors += 1
-            log.warning("idempotency store failed key=%s: %r", _digest(key), exc)
-            raise StoreUnavailableError(
-                "the idempotency store is unavailable; the call was not run", key=key
-            ) from exc
+            raise self._store_failure(exc, key) from exc
+
+    def _store_failure(self, exc: Exception, key: object) -> StoreUnavailableError:
+        self.stats.store_errors += 1
+        if isinstance(exc, StoreUnavailableError):
+            cause = exc.__cause__
+            detail = f"{exc}" + (f" (cause: {cause!r})" if cause is not None else "")
+            shown = exc.client_message
+        else:
+            detail, shown = repr(exc), None
+        log.warning(
+            "idempotency store %s failed key_digest=%s: %s",
+            _store_name(self.store),
+            _digest(key),
+            detail,
+        )
+        return StoreUnavailableError(
+            shown or "the idempotency store is unavailable; the call was not run", key=key
+        )
 
     # -- the one execution ----------------------------------------------------------------------
 
-    async def _execute(
-        self,
-        scope: str,
-        key: str,
-        owner: str,
-        policy: Policy,
-        run: Callable[[], Awaitable[Outcome]],
-    ) -> Outcome:
+    async def _execute(self, ex: _Execution, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
         self.stats.executions += 1
         # A client that cancels or disconnects must not stop the call between its side effect
         # and its record, or the retry would run it again. anyio cancellation is held off by a
         # shield; on asyncio the call also runs in its own task, because a native
         # `task.cancel()` (asyncio.wait_for, a TaskGroup) goes through any anyio shield.
-        # The backend is looked up once per call (sniffio, ~1 us) and handed down.
-        on_asyncio = _on_asyncio()
         with anyio.CancelScope(shield=True):
-            body = self._execute_body(scope, key, owner, policy, run, on_asyncio)
-            if on_asyncio:
+            body = self._execute_body(ex, run)
+            if _on_asyncio():
                 task = asyncio.get_running_loop().create_task(body)
-                self._inflight.add(task)  # strong reference: the task may outlive its caller
-                task.add_done_callback(self._inflight.discard)
+                self._background.add(task)  # strong reference: it may outlive its caller
+                task.add_done_callback(self._background.discard)
                 outcome = await asyncio.shield(task)
             else:
                 outcome = await body
         return outcome
 
-    async def _execute_body(
-        self,
-        scope: str,
-        key: str,
-        owner: str,
-        policy: Policy,
-        run: Callable[[], Awaitable[Outcome]],
-        on_asyncio: bool,
-    ) -> Outcome:
-        if policy.transactional and isinstance(self.store, TransactionalStore):
-            return await self._execute_in_transaction(scope, key, owner, policy, run, on_asyncio)
-        outcome = await self._run_renewed(scope, key, owner, policy, run, on_asyncio)
-        await self._finish(scope, key, owner, policy, outcome)
-        return outcome
-
-    async def _run_renewed(
-        self,
-        scope: str,
-        key: str,
-        owner: str,
-        policy: Policy,
-        run: Callable[[], Awaitable[Outcome]],
-        on_asyncio: bool,
-    ) -> Outcome:
-        """Run the tool while its lease is renewed every lease/3, and never after it ends.
-
-        On asyncio the first renewal is a timer (`loop.call_later`): a call shorter than
-        lease/3 costs one timer, no task. When the timer fires, a task runs `_renew` from
-        there on. On trio, a task group runs `_renew` beside the tool.
-        """
-        if on_asyncio:
-            renewal = _AsyncioRenewal(self, scope, key, owner, policy.lease)
-            try:
-                return await self._run(key, run)
-            finally:
-                if renewal.task is None:
-                    renewal.cancel_timer()  # the usual case: no renewal was due, nothing to await
-                else:
-                    await renewal.stop()
-        outcome: Outcome | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._renew, scope, key, owner, policy.lease)
-            try:
-                outcome = await self._run(key, run)
-            finally:
-                tg.cancel_scope.cancel()
-        assert outcome is not None
-        return outcome
+    async def _execute_body(self, ex: _Execution, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        # The lease keeper renews the claim, off this event loop, from the claim (see `_claim`)
+        # until the outcome is recorded (a record written after a store outage included).
+        self._executing.add(ex)
+        held = ex.held
+        try:
+            if ex.policy.transactional and isinstance(self.store, TransactionalStore):
+                return await self._execute_in_transaction(ex, run)
+            outcome = await self._run(ex.key, run)
+            await self._finish(ex, outcome)
+            return outcome
+        finally:
+            if held is not None:
+                self.keeper.drop(held)
+            self._executing.discard(ex)
+            if not self._executing and self._idle is not None:
+                self._idle.set()
 
     @staticmethod
     async def _run(key: str, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
         try:
             return await run()
         except Exception as exc:  # the adapter's run() should not raise; be safe
-            log.exception("tools/call raised inside idemtools key=%s", key_digest(key))
+            log.exception("tools/call raised inside idemtools key_digest=%s", key_digest(key))
             return Outcome.of_error(-32603, f"internal error: {exc}")
 
     async def _execute_in_transaction(
-        self,
-        scope: str,
-        key: str,
-        owner: str,
-        policy: Policy,
-        run: Callable[[], Awaitable[Outcome]],
-        on_asyncio: bool,
+        self, ex: _Execution, run: Callable[[], Awaitable[Outcome]]
     ) -> Outcome:
         assert isinstance(self.store, TransactionalStore)
         try:
-            async with self.store.execution(scope, key, owner):
-                outcome = await self._run_renewed(scope, key, owner, policy, run, on_asyncio)
-                await self._finish(scope, key, owner, policy, outcome, strict=True)
+            async with self.store.execution(ex.scope, ex.key, ex.owner):
+                outcome = await self._run(ex.key, run)
+                await self._finish(ex, outcome, strict=True)
         except Exception as exc:
             # Nothing the tool wrote was committed: say so, and free the key for a retry.
             self.stats.record_failures += 1
-            log.error("transaction for key=%s did not commit: %r", key_digest(key), exc)
+            log.error("transaction for key_digest=%s did not commit: %r", key_digest(ex.key), exc)
             try:
-                await self.store.release(scope, key, owner)
+                await self.store.release(ex.scope, ex.key, ex.owner)
             except Exception as release_exc:
-                log.error("could not release key=%s: %r", key_digest(key), release_exc)
+                log.error("could not release key_digest=%s: %r", key_digest(ex.key), release_exc)
             return self.refusal(
                 StoreUnavailableError(
                     "the call's transaction could not be committed; nothing it wrote was kept",
-                    key=key,
+                    key=ex.key,
                 )
             )
         return outcome
 
-    async def _renew(
-        self, scope: str, key: str, owner: str, lease: float, *, wait_first: bool = True
-    ) -> None:
-        interval = lease / 3
-        if wait_first:
-            await anyio.sleep(interval)
-        while True:
-            try:
-                held = await self.store.renew(scope, key, owner, lease)
-            except Exception as exc:
-                self.stats.store_errors += 1
-                log.warning("lease renewal failed key=%s: %r", key_digest(key), exc)
-            else:
-                if not held:
-                    self.stats.lost_claims += 1
-                    log.warning("lease lost while running key=%s", key_digest(key))
-                    return
-            await anyio.sleep(interval)
+    def _lease_lost(self, held: Lease) -> None:
+        # On the keeper thread: another owner holds the key now (a second execution began).
+        self.stats.lost_claims += 1
+        log.warning("lease lost while running key_digest=%s", key_digest(held.key))
 
-    async def _finish(
-        self,
-        scope: str,
-        key: str,
-        owner: str,
-        policy: Policy,
-        outcome: Outcome,
-        *,
-        strict: bool = False,
-    ) -> None:
+    def _renewal_failed(self, held: Lease, exc: BaseException) -> None:
+        self.stats.store_errors += 1
+        log.warning("lease renewal failed key_digest=%s: %r", key_digest(held.key), exc)
+
+    async def _finish(self, ex: _Execution, outcome: Outcome, *, strict: bool = False) -> None:
         """Record (or release) the outcome. Failures are logged, unless `strict` re-raises."""
+        key = ex.key
         try:
             if not outcome.final:
-                await self.store.release(scope, key, owner)
+                await self.store.release(ex.scope, key, ex.owner)
                 self.stats.released += 1
                 return
             data = outcome.to_bytes()
             if len(data) > self.max_outcome_bytes:
                 log.error(
-                    "outcome of %d bytes exceeds max_outcome_bytes=%d key=%s; recording an "
-                    "error in its place",
+                    "outcome of %d bytes exceeds max_outcome_bytes=%d key_digest=%s; recording "
+                    "an error in its place",
                     len(data),
                     self.max_outcome_bytes,
                     key_digest(key),
@@ -396,9 +446,16 @@ class Engine:
                         key=key,
                     )
                 ).to_bytes()
-            if not await self.store.complete(scope, key, owner, data, policy.retention):
+            recorded = await self._complete(ex, data, retry=not strict)
+            if not recorded:
+                # Late completion succeeds whenever nobody else claimed the key, so this
+                # means a second execution began while this one ran.
                 self.stats.lost_claims += 1
-                log.warning("claim lost before completion key=%s", key_digest(key))
+                log.warning(
+                    "outcome not recorded: another execution claimed the key meanwhile "
+                    "key_digest=%s",
+                    key_digest(key),
+                )
                 if strict:
                     raise RuntimeError("claim lost before the transaction committed")
         except Exception as exc:
@@ -406,51 +463,90 @@ class Engine:
                 raise
             # The caller still gets its answer; the claim ends by lease.
             self.stats.record_failures += 1
-            log.error("could not record outcome key=%s: %r", key_digest(key), exc)
+            log.error("could not record outcome key_digest=%s: %r", key_digest(key), exc)
+
+    async def _complete(self, ex: _Execution, data: bytes, *, retry: bool) -> bool:
+        """`store.complete`, tried again for up to `record_retry_for` seconds while the store
+        is unreachable: the claim stays renewed meanwhile, so a store that comes back (a Redis
+        restart, a database failover) gets the record and no retry runs the tool again."""
+        deadline = anyio.current_time() + (self.record_retry_for if retry else 0.0)
+        pause = 0.05
+        while True:
+            try:
+                return await self.store.complete(
+                    ex.scope,
+                    ex.key,
+                    ex.owner,
+                    data,
+                    ex.policy.retention,
+                    fingerprint=ex.fingerprint,
+                )
+            except Exception as exc:
+                refused = isinstance(exc, RefusedError)
+                if refused and not isinstance(exc, StoreUnavailableError):
+                    raise  # a decision (store full, corrupt record), not an outage
+                if anyio.current_time() + pause > deadline:
+                    raise
+                self.stats.store_errors += 1
+                log.warning(
+                    "recording the outcome failed, trying again key_digest=%s: %r",
+                    key_digest(ex.key),
+                    exc.__cause__ if refused and exc.__cause__ else exc,
+                )
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    @property
+    def executing(self) -> int:
+        """Keyed calls running now (claimed, not yet recorded)."""
+        return len(self._executing)
+
+    async def drain(self, grace: float | None = None) -> bool:
+        """Refuse new keyed calls, then wait for the running ones to be recorded.
+
+        Waits at most `grace` seconds (default: the longest lease among the running calls:
+        past it, a crashed server's claim would have ended too). Returns True when every
+        running call was recorded; otherwise logs an ERROR with how many were still running.
+        """
+        self._closing = True
+        if not self._executing:
+            return True
+        if grace is None:
+            grace = max(ex.policy.lease for ex in self._executing)
+        self._idle = anyio.Event()
+        with anyio.move_on_after(grace):
+            while self._executing:
+                await self._idle.wait()
+                self._idle = anyio.Event()
+        if self._executing:
+            log.error(
+                "shutdown: %d keyed call(s) still running after %.1f s; closing the store now, "
+                "so their outcomes may not be recorded (their claims end by lease)",
+                len(self._executing),
+                grace,
+            )
+            return False
+        return True
+
+    async def aclose(self, grace: float | None = None) -> None:
+        """Drain (see `drain`), stop the lease keeper, then close the store."""
+        await self.drain(grace)
+        await anyio.to_thread.run_sync(self.keeper.close)
+        await self.store.aclose()
 
 
-class _AsyncioRenewal:
-    """Lease renewal on asyncio: a timer until the first renewal is due, then a task.
+@dataclass(eq=False, slots=True)
+class _Execution:
+    """One claimed (or about to be claimed) keyed call: what every later step needs."""
 
-    `stop()` cancels the timer, or cancels the task and waits for it to end, so no renewal
-    starts (or is still on its way) once the call has ended, as with a task group.
-    """
-
-    __slots__ = ("engine", "handle", "key", "lease", "loop", "owner", "scope", "task")
-
-    def __init__(self, engine: Engine, scope: str, key: str, owner: str, lease: float) -> None:
-        self.engine = engine
-        self.scope = scope
-        self.key = key
-        self.owner = owner
-        self.lease = lease
-        self.loop = asyncio.get_running_loop()
-        self.task: asyncio.Task[None] | None = None
-        # The timer (and so the task) runs in a copy of this context, as a task group would.
-        self.handle: asyncio.TimerHandle | None = self.loop.call_later(lease / 3, self._fire)
-
-    def _fire(self) -> None:
-        self.handle = None
-        coro = self.engine._renew(self.scope, self.key, self.owner, self.lease, wait_first=False)
-        self.task = self.loop.create_task(coro)
-
-    def cancel_timer(self) -> None:
-        if self.handle is not None:
-            self.handle.cancel()
-            self.handle = None
-
-    async def stop(self) -> None:
-        self.cancel_timer()
-        task = self.task
-        if task is None:
-            return
-        if not task.done():
-            task.cancel()
-            await asyncio.wait((task,))
-        if not task.cancelled():
-            error = task.exception()  # never an Exception: _renew logs and counts those
-            if error is not None:
-                raise error
+    scope: str
+    key: str
+    fingerprint: str
+    owner: str  # unique per execution: fences a stale owner
+    policy: Policy
+    held: Lease | None = None  # the lease keeper's hold on the claim
 
 
 def _on_asyncio() -> bool:
@@ -487,6 +583,13 @@ def _retry_after_ms(remaining: float, lease: float, cap: float) -> int:
     """
     wait = min(max(remaining, 0.0), lease / 4, cap)
     return max(1, math.ceil(wait * 1000))
+
+
+def _store_name(store: Store) -> str:
+    """The store's kind, and its safe description when it has one (never a password)."""
+    kind = getattr(store, "kind", type(store).__name__)
+    description = getattr(store, "description", None)
+    return f"{kind} ({description})" if isinstance(description, str) and description else kind
 
 
 def _digest(key: object) -> str:

@@ -7,15 +7,18 @@
     │   ├── InProgressError               idempotency_key_in_progress (carries retry_after_ms)
     │   ├── ConflictError                 idempotency_key_conflict
     │   ├── ScopeUnavailableError         idempotency_scope_unavailable
+    │   ├── UnauthorizedError             idempotency_unauthorized (the tool's authorize= refused)
     │   ├── StoreFullError                idempotency_store_full
+    │   ├── QuotaExceededError            idempotency_quota_exceeded
     │   ├── StoreUnavailableError         idempotency_store_unavailable
     │   ├── RecordCorruptError            idempotency_record_corrupt
     │   └── OutcomeTooLargeError          idempotency_outcome_too_large (replayed in its place)
     └── InstallError                      install() could not make a server safe
 
 Clients are meant to read `error.data.type`; the JSON-RPC codes are configurable
-(`ErrorCodes`) because the SEP defines none. Store implementations raise `StoreFullError` and
-`StoreUnavailableError` (chained `from` the driver's exception) and nothing else.
+(`ErrorCodes`) because the SEP defines none. Store implementations raise `StoreFullError`,
+`QuotaExceededError` and `StoreUnavailableError` (chained `from` the driver's exception) and
+nothing else.
 """
 
 from __future__ import annotations
@@ -33,11 +36,13 @@ __all__ = [
     "InstallError",
     "KeyInvalidError",
     "OutcomeTooLargeError",
+    "QuotaExceededError",
     "RecordCorruptError",
     "RefusedError",
     "ScopeUnavailableError",
     "StoreFullError",
     "StoreUnavailableError",
+    "UnauthorizedError",
     "error_from_data",
 ]
 
@@ -61,6 +66,8 @@ class ErrorCodes:
     idempotency_store_unavailable: int = -32055
     idempotency_record_corrupt: int = -32056
     idempotency_outcome_too_large: int = -32057
+    idempotency_quota_exceeded: int = -32058
+    idempotency_unauthorized: int = -32059
 
     def code_for(self, error_type: str) -> int:
         code = getattr(self, error_type, None)
@@ -127,16 +134,49 @@ class ScopeUnavailableError(RefusedError):
     type = "idempotency_scope_unavailable"
 
 
+class UnauthorizedError(RefusedError):
+    """The tool's `authorize=` check refused the caller: no record was read or written.
+
+    Sent with a fixed message: what the check raised stays on the server (it may name
+    permissions or other callers), and is logged there.
+    """
+
+    type = "idempotency_unauthorized"
+
+
 class StoreFullError(RefusedError):
-    """The store holds its maximum number of live records; records are never dropped early."""
+    """The store is at its bound (live records or bytes); records are never dropped early."""
 
     type = "idempotency_store_full"
 
 
+class QuotaExceededError(RefusedError):
+    """This caller's scope holds its maximum of live records (`max_records_per_scope`).
+
+    Separate from `StoreFullError` on purpose: a quota refusal concerns one caller (typically
+    one flooding unique keys) while every other scope keeps claiming; a full store concerns
+    everyone. Nothing ran; a retry with the same key succeeds once the scope's older records
+    expire, so clients treat it like `idempotency_store_full` (retry later, not at once).
+    """
+
+    type = "idempotency_quota_exceeded"
+
+
 class StoreUnavailableError(RefusedError):
-    """The store could not be reached or failed; fail closed, the tool does not run."""
+    """The store could not be reached or failed; fail closed, the tool does not run.
+
+    A store's message is for the operator's log (it may name hosts, files or the driver's
+    words); the engine sends clients a generic message instead, or `client_message` when the
+    store set one that is safe to show (e.g. why an evicting Redis is refused).
+    """
 
     type = "idempotency_store_unavailable"
+
+    def __init__(
+        self, message: str, *, key: object = None, client_message: str | None = None
+    ) -> None:
+        super().__init__(message, key=key)
+        self.client_message = client_message
 
 
 class RecordCorruptError(RefusedError):
@@ -162,7 +202,9 @@ _BY_TYPE: dict[str, type[RefusedError]] = {
         InProgressError,
         ConflictError,
         ScopeUnavailableError,
+        UnauthorizedError,
         StoreFullError,
+        QuotaExceededError,
         StoreUnavailableError,
         RecordCorruptError,
         OutcomeTooLargeError,

@@ -8,18 +8,30 @@ describe the server.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import Engine
+import anyio
+
+from .engine import Engine, _store_name
 from .errors import ErrorCodes, InstallError
-from .policy import DEFAULT_POLICY, Policy, Registry
+from .policy import DEFAULT_POLICY, Policy, Registry, _checked_authorize
+from .scopes import AuthorizeFn
 from .stores.base import Store
 
 __all__ = ["Installation", "ToolPolicy", "install", "installation_of"]
 
 _ATTR = "__idemtools_installation__"
+
+log = logging.getLogger("idemtools")
+
+STARTUP_CHECK_TIMEOUT = 5.0
+"""Seconds the start-up check waits for the store before it reports it unreachable."""
+
+_CHECK_SCOPE = "idemtools:startup-check"
 
 
 @dataclass(frozen=True)
@@ -56,8 +68,61 @@ class Installation:
             )
         return [found[name] for name in sorted(found)]
 
-    async def aclose(self) -> None:
-        await self.engine.store.aclose()
+    _checked: bool = field(default=False, repr=False)
+
+    async def check_store(self, *, wait: float = STARTUP_CHECK_TIMEOUT) -> bool:
+        """Read one (absent) record from the store: True when it answers.
+
+        The server runs this once when it starts (its lifespan); call it yourself for a
+        readiness probe. An unreachable store is logged at ERROR, naming the store and the
+        cause, and counted in `stats.store_errors`; nothing is refused: unkeyed calls never
+        need the store, and keyed calls get `idempotency_store_unavailable` until it answers.
+        """
+        store = self.engine.store
+        name = _store_name(store)
+        problem: str | None = None
+        try:
+            with anyio.fail_after(wait):
+                await store.get(_CHECK_SCOPE, "startup-check")
+        except TimeoutError:
+            problem = f"no answer within {wait:g} s"
+        except Exception as exc:
+            cause = exc.__cause__
+            problem = f"{exc}" + (f" (cause: {cause!r})" if cause is not None else "")
+        if problem is None:
+            log.info("idempotency store %s answered the start-up check", name)
+            return True
+        self.engine.stats.store_errors += 1
+        log.error(
+            "idempotency store %s is unreachable at start-up: %s. The server keeps serving: "
+            "unkeyed calls work, keyed calls are refused with idempotency_store_unavailable "
+            "until the store answers",
+            name,
+            problem,
+        )
+        return False
+
+    async def _check_once(self) -> None:
+        if not self._checked:
+            self._checked = True
+            await self.check_store()
+
+    def hook_lifespan(self, lowlevel: Any) -> None:
+        """Run `check_store()` the first time the server's lifespan is entered."""
+        original = lowlevel.lifespan
+
+        @contextlib.asynccontextmanager
+        async def lifespan(server: Any) -> AsyncIterator[Any]:
+            async with original(server) as state:
+                await self._check_once()
+                yield state
+
+        lowlevel.lifespan = lifespan
+
+    async def aclose(self, grace: float | None = None) -> None:
+        """Shut down: refuse new keyed calls, let the running ones finish and be recorded
+        (at most `grace` seconds, by default their longest lease), then close the store."""
+        await self.engine.aclose(grace)
 
 
 def installation_of(server: Any) -> Installation | None:
@@ -77,6 +142,7 @@ def install(
     codes: ErrorCodes | None = None,
     mark_replays: bool = False,
     declare_field: bool = True,
+    authorize: AuthorizeFn | None = None,
 ) -> Installation:
     """Make every keyed `tools/call` on `server` idempotent, per SEP-3182.
 
@@ -92,6 +158,11 @@ def install(
         declare_field: also declare `idempotencyKey` on the SDK's `CallToolRequestParams`
             (typed attribute `idempotency_key`), and check at start-up that a keyed request
             survives the SDK's parse path.
+        authorize: the server-wide `check(context)` for tools whose `@idempotent` declares no
+            `authorize=` of its own (a tool's own check replaces it). It runs before every
+            replay and execution of a keyed call; if it raises, the call is refused with
+            `idempotency_unauthorized`. Needed whenever tools authorize inside their handlers:
+            a replay never reaches the handler.
 
     Raises:
         InstallError: the server type is not supported, idemtools is already installed on it,
@@ -111,6 +182,7 @@ def install(
         max_outcome_bytes=max_outcome_bytes,
         codes=codes,
         mark_replays=mark_replays,
+        authorize=_checked_authorize(authorize),
     )
     from .adapters import adapt
 

@@ -9,15 +9,28 @@ policy either by the name the SDK registered or by the function it holds.
 
 from __future__ import annotations
 
+import inspect
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
-from .scopes import Scope, ScopeFn, _as_scope, by_auth_subject
+from .errors import UnauthorizedError
+from .scopes import AuthorizeFn, CallContext, Scope, ScopeFn, _as_scope, by_auth_subject
 
-__all__ = ["DEFAULT_POLICY", "Policy", "Registry", "default_registry", "idempotent", "policy_of"]
+__all__ = [
+    "DEFAULT_POLICY",
+    "Policy",
+    "Registry",
+    "authorize_call",
+    "default_registry",
+    "idempotent",
+    "policy_of",
+]
+
+log = logging.getLogger("idemtools")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,6 +58,13 @@ class Policy:
         transactional: run the tool inside the store's transaction (PostgresStore), so its
             own writes to that database and the completed record commit or roll back
             together; closes the SEP's crash window for such tools.
+        authorize: `check(context)`, sync or async, run before every replay and every
+            execution of a keyed call; if it raises, the call is refused with
+            `idempotency_unauthorized` and no record is read or written. A tool that checks
+            permissions inside its handler must declare that check here too: the handler
+            does not run on a replay, so otherwise a caller whose permission was revoked
+            still gets the recorded answer for the whole retention. None: the server-wide
+            `install(authorize=...)`, if any.
     """
 
     retention: float = 24 * 3600.0
@@ -52,6 +72,7 @@ class Policy:
     scope: Scope = field(default=by_auth_subject)
     name: str | None = None
     transactional: bool = False
+    authorize: AuthorizeFn | None = field(default=None, compare=False)
 
     @staticmethod
     def of(
@@ -61,6 +82,7 @@ class Policy:
         scope: Scope | ScopeFn = by_auth_subject,
         name: str | None = None,
         transactional: bool = False,
+        authorize: AuthorizeFn | None = None,
     ) -> Policy:
         """Build a policy from friendly values (timedelta or seconds, plain scope functions)."""
         return Policy(
@@ -69,6 +91,7 @@ class Policy:
             scope=_as_scope(scope),
             name=name,
             transactional=transactional,
+            authorize=_checked_authorize(authorize),
         )
 
     def with_name(self, name: str) -> Policy:
@@ -76,6 +99,12 @@ class Policy:
 
 
 DEFAULT_POLICY = Policy()
+
+
+def _checked_authorize(check: AuthorizeFn | None) -> AuthorizeFn | None:
+    if check is not None and not callable(check):
+        raise TypeError(f"authorize must be a callable of the request context, got {check!r}")
+    return check
 
 
 class Registry:
@@ -133,6 +162,7 @@ def idempotent(
     name: str | None = ...,
     registry: Registry | None = ...,
     transactional: bool = ...,
+    authorize: AuthorizeFn | None = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -146,6 +176,7 @@ def idempotent(
     name: str | None = None,
     registry: Registry | None = None,
     transactional: bool = False,
+    authorize: AuthorizeFn | None = None,
 ) -> Any:
     """Declare a tool's idempotency policy; returns the function itself, unchanged.
 
@@ -153,9 +184,19 @@ def idempotent(
     requests once `idemtools.install(server)` runs; calls without a key are never affected.
     Give `name=` when the tool is registered under a name other than the function's, so that
     a refactor does not silently change the tool's identity.
+
+    Give `authorize=check` when the tool checks permissions in its handler: `check(context)`
+    receives the same `CallContext` scope strategies get (`context.auth.scopes`, the raw token
+    at `context.auth.token`) and runs before every replay and execution, because a replay
+    never reaches the handler.
     """
     policy = Policy.of(
-        retention=retention, lease=lease, scope=scope, name=name, transactional=transactional
+        retention=retention,
+        lease=lease,
+        scope=scope,
+        name=name,
+        transactional=transactional,
+        authorize=authorize,
     )
     target = registry if registry is not None else default_registry
 
@@ -173,3 +214,21 @@ def idempotent(
             raise TypeError("@idempotent takes a function, or keyword options only")
         return decorate(fn)
     return decorate
+
+
+async def authorize_call(check: AuthorizeFn, context: CallContext, key: str) -> None:
+    """Run a tool's `authorize=` check; any exception it raises becomes `UnauthorizedError`.
+
+    The exception's message is logged here, never sent: it may name permissions, roles or
+    other callers. Nothing about the key's record is read before this returns.
+    """
+    try:
+        result = check(context)
+        if inspect.isawaitable(result):
+            await result
+    except Exception as exc:
+        # The engine logs the refusal with the key's digest; the reason stays here.
+        log.info("idempotency authorize check refused tool=%s: %r", context.tool, exc)
+        raise UnauthorizedError(
+            "this call is not authorized; no recorded answer was read or written", key=key
+        ) from exc

@@ -7,17 +7,27 @@ by (scope, key), so the same key from two callers never meets. Strategies compos
     by_auth_subject | per_session      # the first one that can answer
     by_auth_subject & by_tenant        # both must answer; the scope is their pair
 
-Scope values are hashed before they reach a store or a log.
+Every value is namespaced by the strategy that produced it (a JSON array whose first element
+names the strategy; a user-written strategy's value is wrapped as `["custom", value]`), so no
+strategy can spell another's value. Scope values are hashed before they reach a store or a log.
+
+Keys are not secrets: any caller may send anyone's key. So every strategy answers from what the
+SDK itself validated (the access token of the *current* request, the session object the SDK
+holds, the transport it positively identified), never from anything the client merely sent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import getpass
 import json
 import os
 import socket
-from collections.abc import Callable
+import uuid
+import weakref
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,9 +35,12 @@ from .errors import ScopeUnavailableError
 
 __all__ = [
     "AuthInfo",
+    "AuthorizeFn",
     "CallContext",
     "Scope",
     "by_auth_subject",
+    "by_client_id",
+    "local_transport",
     "local_user",
     "per_session",
     "scope",
@@ -35,42 +48,79 @@ __all__ = [
 ]
 
 Transport = Literal["stdio", "memory", "http", "unknown"]
+LocalTransport = Literal["stdio", "memory"]
 
 
 @dataclass(frozen=True)
 class AuthInfo:
-    """The validated caller of the *current* request, as the SDK's token verifier reported it."""
+    """The validated caller of the *current* request, as the SDK's token verifier reported it.
+
+    Attributes:
+        issuer: the token's `iss` claim, else the server's configured `issuer_url`.
+        subject: the token's subject (`AccessToken.subject`, else its `sub` claim); None when
+            the verifier gave none (always on mcp < 1.30, whose `AccessToken` has no subject).
+        client_id: the OAuth client (an application, not a user).
+        scopes: the OAuth scopes the token grants, for `authorize=` checks.
+        token: the SDK's own `AccessToken` object, for anything else a check needs.
+    """
 
     issuer: str | None = None
     subject: str | None = None
     client_id: str | None = None
+    scopes: tuple[str, ...] = ()
+    token: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
 class CallContext:
     """What an SDK adapter tells the engine about the request: transport-free and typed.
 
-    `raw` is the SDK's own request context, for user-written scope functions that need more.
+    Attributes:
+        transport: "http" when the SDK handed over an HTTP request (streamable HTTP, SSE);
+            "stdio" or "memory" only when positively identified (see `local_transport`);
+            "unknown" otherwise (e.g. the mcp 1.x WebSocket transport, custom transports).
+        auth: the validated caller of this request, None without an access token.
+        session_id: an opaque id of the session object the SDK itself holds for this
+            connection (one that completed the MCP handshake); None where the SDK has none
+            (stateless HTTP, the 2026-07-28 era). Never a value read from a header.
+        tool, arguments: the `tools/call` being decided, for `authorize=` checks.
+        raw: the SDK's own request context, for user-written functions that need more.
     """
 
     transport: Transport = "unknown"
     auth: AuthInfo | None = None
     session_id: str | None = None
+    tool: str | None = None
+    arguments: Mapping[str, Any] | None = field(default=None, compare=False)
     raw: Any = field(default=None, compare=False, repr=False)
 
 
 ScopeFn = Callable[[CallContext], str]
+AuthorizeFn = Callable[[CallContext], "Awaitable[None] | None"]
+"""`check(context)`, sync or async: return to allow the keyed call, raise to refuse it."""
 
 
 class Scope:
-    """A named scope strategy; combine with `|` (fallback) and `&` (both)."""
+    """A named scope strategy; combine with `|` (fallback) and `&` (both).
 
-    def __init__(self, fn: ScopeFn, description: str) -> None:
+    A user-written strategy's value is namespaced (`["custom", value]`) so that it can never
+    equal a built-in strategy's value, whatever string it returns.
+    """
+
+    def __init__(self, fn: ScopeFn, description: str, *, _builtin: bool = False) -> None:
         self._fn = fn
+        self._builtin = _builtin
         self.description = description
 
     def __call__(self, ctx: CallContext) -> str:
-        return self._fn(ctx)
+        value = self._fn(ctx)
+        if self._builtin:
+            return value
+        if not isinstance(value, str) or not value:
+            raise ScopeUnavailableError(
+                f"the scope strategy {self.description!r} returned no scope"
+            )
+        return json.dumps(["custom", value])
 
     def __or__(self, other: Scope | ScopeFn) -> Scope:
         second = _as_scope(other)
@@ -81,16 +131,18 @@ class Scope:
             except ScopeUnavailableError:
                 return second(ctx)
 
-        return Scope(first_available, f"{self.description}, else {second.description}")
+        return Scope(
+            first_available, f"{self.description}, else {second.description}", _builtin=True
+        )
 
     def __and__(self, other: Scope | ScopeFn) -> Scope:
         second = _as_scope(other)
 
         def both(ctx: CallContext) -> str:
             # JSON, not a separator: no pair of values can spell another pair.
-            return json.dumps([self(ctx), second(ctx)])
+            return json.dumps(["both", self(ctx), second(ctx)])
 
-        return Scope(both, f"{self.description} and {second.description}")
+        return Scope(both, f"{self.description} and {second.description}", _builtin=True)
 
     def __repr__(self) -> str:
         return f"Scope({self.description!r})"
@@ -100,7 +152,8 @@ def scope(description: str) -> Callable[[ScopeFn], Scope]:
     """Decorator for your own strategy: `@scope("per tenant")` over `def f(ctx) -> str`.
 
     Raise `ScopeUnavailableError` when the request carries no answer: idemtools then refuses
-    the keyed call instead of guessing a shared namespace.
+    the keyed call instead of guessing a shared namespace. Derive the value from what the SDK
+    validated (the token in `ctx.auth`), not from what the client sent: keys are not secrets.
     """
 
     def wrap(fn: ScopeFn) -> Scope:
@@ -115,6 +168,71 @@ def _as_scope(value: Scope | ScopeFn) -> Scope:
     return Scope(value, getattr(value, "__name__", "custom scope"))
 
 
+def _builtin(description: str) -> Callable[[ScopeFn], Scope]:
+    def wrap(fn: ScopeFn) -> Scope:
+        return Scope(fn, description, _builtin=True)
+
+    return wrap
+
+
+# -- positively identified local transports ---------------------------------------------------
+
+_LOCAL: contextvars.ContextVar[LocalTransport | None] = contextvars.ContextVar(
+    "idemtools_local_transport", default=None
+)
+
+
+@contextlib.contextmanager
+def local_transport(kind: LocalTransport) -> Iterator[None]:
+    """Declare that the MCP connections started inside this block are local (stdio, in-memory).
+
+    Why: "no HTTP request behind a call" does not mean "local" (the mcp 1.x WebSocket transport
+    carries none either), so `by_auth_subject` gives the local user's scope only on a transport
+    identified positively. idemtools does this itself for `FastMCP.run_stdio_async` /
+    `MCPServer.run_stdio_async` (and so `server.run("stdio")`), mcp 2.x's in-process `Client`
+    and mcp 1.x's `create_connected_server_and_client_session`. Code that drives the
+    low-level `server.run()` itself declares it, *around* the transport:
+
+        with idemtools.local_transport("stdio"):
+            async with stdio_server() as (read, write):
+                await server.run(read, write, options)
+
+    Never wrap a network transport in it: every remote caller would share one scope.
+    """
+    if kind not in ("stdio", "memory"):
+        raise ValueError(f"local_transport takes 'stdio' or 'memory', got {kind!r}")
+    token = _LOCAL.set(kind)
+    try:
+        yield
+    finally:
+        _LOCAL.reset(token)
+
+
+def declared_local_transport() -> LocalTransport | None:
+    """The local transport declared for the current task, if any (adapters read this)."""
+    return _LOCAL.get()
+
+
+# -- the SDK's own sessions -------------------------------------------------------------------
+
+_SESSION_IDS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def sdk_session_id(session: object) -> str:
+    """An opaque, random id for one SDK session object, stable while the object lives.
+
+    Adapters call this with the object the SDK holds for a connection (mcp 1.x
+    `ServerSession`, mcp 2.x `Connection`); no client-sent value goes into it.
+    """
+    found = _SESSION_IDS.get(session)
+    if found is None:
+        found = _SESSION_IDS.setdefault(session, uuid.uuid4().hex)
+    return found
+
+
+# -- the strategies ---------------------------------------------------------------------------
+
+
 @functools.cache
 def _local_identity() -> str:  # constant for the process; the lookup costs a passwd read
     try:
@@ -122,43 +240,78 @@ def _local_identity() -> str:  # constant for the process; the lookup costs a pa
     except Exception:  # no login name (containers): the uid still names the boundary
         user = "?"
     uid = os.getuid() if hasattr(os, "getuid") else -1
-    return f"local:{socket.gethostname()}:{uid}:{user}"
+    return json.dumps(["local", socket.gethostname(), uid, user])
 
 
-@scope("the local user who started the server process")
+@_builtin("the local user who started the server process")
 def local_user(ctx: CallContext) -> str:
     """The OS user running this server: the boundary of a stdio or in-process server."""
     return _local_identity()
 
 
-@scope("per authenticated subject (issuer + subject, else client id)")
+@_builtin("per authenticated subject (token issuer + subject; the local user on stdio)")
 def by_auth_subject(ctx: CallContext) -> str:
-    """The authenticated caller of the current request; the local user on stdio/in-memory.
+    """The authenticated caller of the current request: the token's issuer and subject.
 
-    HTTP without an authenticated caller has no boundary to scope by: refused, never pooled.
+    Never the client id: a client id names an application, and all of its users would share
+    one namespace. A token without a subject is refused (choose `by_client_id` if each client
+    of yours is one principal). On a positively identified stdio or in-memory transport, the
+    local user who started the server. Anything else (HTTP without a token, an unknown
+    transport such as the mcp 1.x WebSocket) is refused, never pooled.
     """
     auth = ctx.auth
-    if auth is not None and (auth.subject or auth.client_id):
+    if auth is not None:
         if auth.subject:
-            return json.dumps(["auth", auth.issuer or "", "sub", auth.subject])
-        return json.dumps(["auth", auth.issuer or "", "client", auth.client_id])
+            return json.dumps(["sub", auth.issuer, auth.subject])
+        raise ScopeUnavailableError(
+            "this tool deduplicates per authenticated subject, and the request's access token "
+            "carries no subject (the token verifier left AccessToken.subject unset; mcp "
+            "releases before 1.30 have no such field). Make the verifier set the subject, or "
+            "give the tool scope=by_client_id if each OAuth client is its own principal"
+        )
     if ctx.transport in ("stdio", "memory"):
         return _local_identity()
+    if ctx.transport == "http":
+        raise ScopeUnavailableError(
+            "this tool deduplicates per authenticated caller, and the request carries no "
+            "validated access token; configure a token verifier, or call without a key"
+        )
     raise ScopeUnavailableError(
-        "this tool deduplicates per authenticated caller, and the request carries no "
-        "validated access token"
+        "this tool deduplicates per authenticated caller, and the request arrived on a "
+        "transport idemtools cannot identify (no access token, not a declared local "
+        "transport); choose a scope that works there (e.g. per_session), or declare a local "
+        "transport with idemtools.local_transport()"
     )
 
 
-@scope("per session (transport session id)")
+@_builtin("per OAuth client (token issuer + client id; explicit opt-in)")
+def by_client_id(ctx: CallContext) -> str:
+    """The OAuth client of the current request's token: for deployments where each client is
+    its own principal (machine-to-machine). Every user of one client app shares its scope."""
+    auth = ctx.auth
+    if auth is not None and auth.client_id:
+        return json.dumps(["client", auth.issuer, auth.client_id])
+    raise ScopeUnavailableError(
+        "this tool deduplicates per OAuth client, and the request carries no validated access "
+        "token with a client id"
+    )
+
+
+@_builtin("per session (the session the SDK holds)")
 def per_session(ctx: CallContext) -> str:
-    """The transport session; unavailable on stateless HTTP, which has none."""
+    """The session the SDK itself holds for this connection, never a client-sent header.
+
+    Unavailable where the SDK has no session: stateless HTTP and the 2026-07-28 era.
+    """
     if ctx.session_id:
-        return f"session:{ctx.session_id}"
-    raise ScopeUnavailableError("this tool deduplicates per session, and the request has none")
+        return json.dumps(["session", ctx.session_id])
+    raise ScopeUnavailableError(
+        "this tool deduplicates per session, and the SDK holds no session for this request "
+        "(stateless HTTP or the 2026-07-28 protocol era); choose another scope"
+    )
 
 
-@scope("one scope shared by every caller (explicit opt-in)")
+@_builtin("one scope shared by every caller (explicit opt-in)")
 def shared(ctx: CallContext) -> str:
     """Every caller shares one namespace: only for single-tenant servers that choose it."""
-    return "shared"
+    return json.dumps(["shared"])

@@ -126,10 +126,12 @@ def host_port(url: str, default_port: int) -> tuple[str, int]:
 
 class TcpProxy:
     """A TCP relay on 127.0.0.1 to a real server; `stop()` cuts every connection, `start()`
-    listens again on the same port. Runs in the test's event loop."""
+    listens again on the same port. `delay` holds every chunk sent to the server that long
+    (a slow network, so a request can be caught on its way). Runs in the test's event loop."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, *, delay: float = 0.0) -> None:
         self.target = (target_host, target_port)
+        self.delay = delay  # seconds each chunk waits before it goes on to the server
         self.port = 0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -155,9 +157,13 @@ class TcpProxy:
             return
         self._writers.update((writer, up_writer))
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(
+            src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool
+        ) -> None:
             try:
                 while data := await src.read(65536):
+                    if upstream and self.delay:
+                        await asyncio.sleep(self.delay)
                     dst.write(data)
                     await dst.drain()
             except (OSError, asyncio.CancelledError):
@@ -165,7 +171,7 @@ class TcpProxy:
             finally:
                 dst.transport.abort()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
         self._writers.discard(writer)
         self._writers.discard(up_writer)
 
@@ -274,3 +280,86 @@ async def _crash(kind, url, name, key, lease, payments, ready) -> None:  # type:
     await Engine(store).handle(
         ToolCall(name="pay", arguments={"amount": 100}, key=key, policy=policy), run
     )
+
+
+# -- a private redis-server, for tests that need its configuration (maxmemory, policies) ----------
+
+
+def need_redis_server() -> str:
+    """The `redis-server` binary; skips (or fails, when services are required) without it."""
+    import shutil
+
+    binary = os.environ.get("IDEMTOOLS_REDIS_SERVER") or shutil.which("redis-server")
+    if binary is None:
+        message = "redis-server is not installed (or set IDEMTOOLS_REDIS_SERVER to its path)"
+        if services_required():
+            pytest.fail(f"{message} ({REQUIRE_ENV}=1: services are required)", pytrace=False)
+        pytest.skip(message)
+    return binary
+
+
+@contextlib.contextmanager
+def private_redis(*args: str):  # type: ignore[no-untyped-def]
+    """Start a throwaway `redis-server` on a free 127.0.0.1 port (no persistence); yield its URL.
+
+    Never the shared Redis: tests that need a small `maxmemory` or another eviction policy
+    configure their own server, stopped (and gone with its data) at the end.
+    """
+    import socket
+    import subprocess
+    import time
+
+    import redis
+
+    binary = need_redis_server()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
+    proc = subprocess.Popen(
+        [*command, "no", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=1)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"private redis-server did not start ({command})") from None
+                time.sleep(0.02)
+        client.close()
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def filled_redis(url: str):  # type: ignore[no-untyped-def]
+    """Fill a Redis with `noeviction` and a small `maxmemory` until it refuses writes (OOM).
+
+    Large values first, then small ones: a refused large write frees its own buffer, so only
+    small values bring the server to the very edge. The filling connection stays open inside
+    the block: closing it frees its buffers, and the server would accept writes again.
+    """
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        for size in (10_000, 100, 1):
+            for i in range(100_000):
+                try:
+                    client.set(f"fill:{size}:{i}", b"x" * size, ex=600)
+                except redis.exceptions.OutOfMemoryError:
+                    break
+        yield
+    finally:
+        client.close()

@@ -139,10 +139,19 @@ class Wrap:
         return await self.inner.renew(scope, key, owner, lease)
 
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool:
         self.events.append("complete")
-        return await self.inner.complete(scope, key, owner, outcome, retention)
+        return await self.inner.complete(
+            scope, key, owner, outcome, retention, fingerprint=fingerprint
+        )
 
     async def release(self, scope: str, key: str, owner: str) -> bool:
         self.events.append("release")
@@ -552,8 +561,8 @@ async def test_two_subjects_one_key_both_run_neither_sees_the_other(engine: Engi
     ("a", "b"),
     [
         (AuthInfo(issuer="https://a", subject="s"), AuthInfo(issuer="https://b", subject="s")),
-        (AuthInfo(client_id="c1"), AuthInfo(client_id="c2")),
-        (AuthInfo(issuer="i", subject="x"), AuthInfo(issuer="i", client_id="x")),
+        (AuthInfo(issuer="i", subject="s1"), AuthInfo(issuer="i", subject="s2")),
+        (AuthInfo(issuer="i", subject="x"), AuthInfo(issuer="i", subject="y", client_id="x")),
     ],
 )
 async def test_auth_identities_are_isolated(engine: Engine, a: AuthInfo, b: AuthInfo) -> None:
@@ -826,7 +835,14 @@ async def test_store_refusal_echoes_the_clients_key(store: MemoryStore) -> None:
 
 class CompleteFails(Wrap):
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool:
         raise ConnectionError("store went away")
 
@@ -887,7 +903,14 @@ class Scripted:
         raise AssertionError("not claimed")
 
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool:
         raise AssertionError("not claimed")
 
@@ -1061,10 +1084,19 @@ class Transactional(Wrap):
         self._pending: list[tuple[str, str, str, bytes, float]] | None = None
 
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool:
         if self._pending is None:
-            return await super().complete(scope, key, owner, outcome, retention)
+            return await super().complete(
+                scope, key, owner, outcome, retention, fingerprint=fingerprint
+            )
         self.events.append("complete")
         self._pending.append((scope, key, owner, outcome, retention))
         return True

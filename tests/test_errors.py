@@ -26,7 +26,7 @@ from idemtools import (
     StoreFullError,
     StoreUnavailableError,
 )
-from idemtools.errors import error_from_data
+from idemtools.errors import QuotaExceededError, error_from_data
 
 ALL_REFUSALS: dict[str, type[RefusedError]] = {
     "idempotency_key_invalid": KeyInvalidError,
@@ -35,6 +35,7 @@ ALL_REFUSALS: dict[str, type[RefusedError]] = {
     "idempotency_key_conflict": ConflictError,
     "idempotency_scope_unavailable": ScopeUnavailableError,
     "idempotency_store_full": StoreFullError,
+    "idempotency_quota_exceeded": QuotaExceededError,
     "idempotency_store_unavailable": StoreUnavailableError,
     "idempotency_record_corrupt": RecordCorruptError,
     "idempotency_outcome_too_large": OutcomeTooLargeError,

@@ -172,7 +172,7 @@ def test_plain_function_scopes_are_wrapped() -> None:
 
     policy = Policy.of(scope=by_tenant)
     assert isinstance(policy.scope, Scope)
-    assert policy.scope(CallContext()) == "tenant"
+    assert policy.scope(CallContext()) == '["custom", "tenant"]'  # namespaced
     assert Policy.of(scope=shared).scope is shared
     assert Policy.of().scope is by_auth_subject
 

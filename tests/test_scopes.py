@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -15,11 +16,13 @@ from idemtools import (
     Scope,
     ScopeUnavailableError,
     by_auth_subject,
+    by_client_id,
     local_user,
     per_session,
     scope,
     shared,
 )
+from idemtools import local_transport as idemtools_local
 
 ISSUER = "https://as.example"
 
@@ -47,10 +50,8 @@ def test_same_caller_same_scope() -> None:
             AuthInfo(issuer=ISSUER, subject="alice"),
             AuthInfo(issuer="https://other", subject="alice"),
         ),
-        (AuthInfo(client_id="app-1"), AuthInfo(client_id="app-2")),
-        (AuthInfo(issuer=ISSUER, subject="x"), AuthInfo(issuer=ISSUER, client_id="x")),
-        (AuthInfo(subject="client:x"), AuthInfo(client_id="x")),
         (AuthInfo(issuer=ISSUER, subject="alice"), AuthInfo(subject="alice")),
+        (AuthInfo(issuer=ISSUER, subject="a", client_id="x"), AuthInfo(issuer=ISSUER, subject="x")),
     ],
 )
 def test_different_callers_different_scopes(a: AuthInfo, b: AuthInfo) -> None:
@@ -63,9 +64,33 @@ def test_subject_wins_over_client_id() -> None:
     assert by_auth_subject(a) == by_auth_subject(b)
 
 
-def test_client_id_when_no_subject() -> None:
-    value = by_auth_subject(http(AuthInfo(issuer=ISSUER, client_id="app-1")))
-    assert "app-1" in value
+def test_two_users_of_one_client_app_without_subjects_are_refused() -> None:
+    # Issue 9.1: a client id names an application; scoping by it pools all of its users.
+    alice = http(AuthInfo(issuer=ISSUER, client_id="app-1", scopes=("mcp",)))
+    bob = http(AuthInfo(issuer=ISSUER, client_id="app-1", scopes=("mcp",)))
+    for ctx in (alice, bob):
+        with pytest.raises(ScopeUnavailableError) as refused:
+            by_auth_subject(ctx)
+        message = refused.value.message
+        assert "no subject" in message and "by_client_id" in message  # why, and what to do
+
+
+def test_by_client_id_is_the_explicit_opt_in() -> None:
+    one = http(AuthInfo(issuer=ISSUER, client_id="app-1"))
+    assert by_client_id(one) == by_client_id(http(AuthInfo(issuer=ISSUER, client_id="app-1")))
+    assert by_client_id(one) != by_client_id(http(AuthInfo(issuer=ISSUER, client_id="app-2")))
+    assert by_client_id(one) != by_client_id(http(AuthInfo(issuer="https://b", client_id="app-1")))
+    # subject and client id are different principals even when spelled alike
+    assert by_client_id(one) != by_auth_subject(http(AuthInfo(issuer=ISSUER, subject="app-1")))
+    for ctx in (http(), http(AuthInfo(subject="alice")), CallContext(transport="stdio")):
+        with pytest.raises(ScopeUnavailableError):
+            by_client_id(ctx)
+
+
+def test_same_subject_from_two_issuers_never_meets() -> None:
+    a = http(AuthInfo(issuer="https://as-1.example", subject="alice"))
+    b = http(AuthInfo(issuer="https://as-2.example", subject="alice"))
+    assert by_auth_subject(a) != by_auth_subject(b)
 
 
 @pytest.mark.parametrize(
@@ -77,6 +102,7 @@ def test_client_id_when_no_subject() -> None:
         http(AuthInfo(issuer=ISSUER, subject="", client_id="")),
         http(session_id="s1"),
         CallContext(),  # unknown transport: no local user to fall back on
+        CallContext(transport="unknown", session_id="ws-1"),  # e.g. the mcp 1.x WebSocket
     ],
 )
 def test_no_authenticated_caller_over_http_is_unavailable(context: CallContext) -> None:
@@ -92,6 +118,14 @@ def test_local_transports_use_the_local_user(transport: Any) -> None:
     authed = CallContext(transport=transport, auth=AuthInfo(issuer=ISSUER, subject="alice"))
     assert by_auth_subject(authed) == by_auth_subject(http(authed.auth))
     assert by_auth_subject(authed) != local_user(ctx)
+
+
+def test_unknown_transport_is_refused_and_says_what_to_do() -> None:
+    with pytest.raises(ScopeUnavailableError) as refused:
+        by_auth_subject(CallContext(transport="unknown", session_id="ws-1"))
+    assert "per_session" in refused.value.message
+    # the operator's choice for that transport works there
+    assert per_session(CallContext(transport="unknown", session_id="ws-1"))
 
 
 def test_local_user_names_this_process_user() -> None:
@@ -118,12 +152,8 @@ def test_distinct_identities_never_share_a_scope(
     a: tuple[str | None, str | None, str | None], b: tuple[str | None, str | None, str | None]
 ) -> None:
     def identity(t: tuple[str | None, str | None, str | None]) -> tuple[str, str, str] | None:
-        issuer, subject, client = t
-        if subject:
-            return (issuer or "", "sub", subject)
-        if client:
-            return (issuer or "", "client", client)
-        return None
+        issuer, subject, _client = t
+        return (str(issuer), subject) if subject else None
 
     ia, ib = identity(a), identity(b)
     if ia is None or ib is None:
@@ -167,12 +197,31 @@ def test_shared_is_one_scope_for_everyone(context: CallContext) -> None:
 def test_builtin_strategies_never_collide() -> None:
     values = {
         by_auth_subject(http(AuthInfo(subject="shared"))),
-        by_auth_subject(http(AuthInfo(client_id="shared"))),
+        by_client_id(http(AuthInfo(client_id="shared"))),
         per_session(http(session_id="shared")),
         shared(http()),
         local_user(http()),
     }
     assert len(values) == 5
+
+
+def test_a_custom_strategy_cannot_spell_a_builtin_value() -> None:
+    # Issue 9.6: whatever string a custom strategy returns, it lives in its own namespace.
+    alice = http(AuthInfo(issuer=ISSUER, subject="alice", client_id="app"), session_id="s")
+    builtins = [by_auth_subject, by_client_id, per_session, shared, local_user]
+    for strategy in builtins:
+        target = strategy(alice)
+        forged = Scope(lambda ctx, value=target: value, "forged")  # type: ignore[misc]
+        assert forged(alice) != target
+        assert forged(alice) not in {b(alice) for b in builtins}
+    pair = (by_auth_subject & shared)(alice)
+    assert Scope(lambda ctx: pair, "forged pair")(alice) != pair
+
+
+@pytest.mark.parametrize("value", ["", None, 3])
+def test_a_custom_strategy_without_a_value_is_unavailable(value: Any) -> None:
+    with pytest.raises(ScopeUnavailableError):
+        Scope(lambda ctx: value, "empty")(http())
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,7 +240,7 @@ def test_scope_decorator() -> None:
     assert isinstance(by_tenant, Scope)
     assert by_tenant.description == "per tenant"
     assert "per tenant" in repr(by_tenant)
-    assert by_tenant(http(raw={"tenant": "acme"})) == "tenant:acme"
+    assert by_tenant(http(raw={"tenant": "acme"})) == json.dumps(["custom", "tenant:acme"])
 
 
 def test_fallback_uses_the_first_available() -> None:
@@ -218,8 +267,8 @@ def test_fallback_accepts_plain_functions() -> None:
     def constant(ctx: CallContext) -> str:
         return "constant"
 
-    assert (per_session | constant)(http()) == "constant"
-    assert (per_session & constant)(http(session_id="s")) != "constant"
+    assert (per_session | constant)(http()) == json.dumps(["custom", "constant"])
+    assert (per_session & constant)(http(session_id="s")) != (per_session | constant)(http())
 
 
 def test_both_needs_both() -> None:
@@ -262,3 +311,106 @@ def test_both_is_injective(a: str, b: str, c: str, d: str) -> None:
 
 def test_both_is_injective_with_separator_characters() -> None:
     assert _pair_scope("x\x1fy", "z") != _pair_scope("x", "y\x1fz")
+
+
+# --------------------------------------------------------------------------------------------
+# property: distinct principals never share a scope, across strategies; equal ones always do
+# --------------------------------------------------------------------------------------------
+
+_text = st.none() | st.text(max_size=6) | st.sampled_from(["shared", "sub", "client", '"', "["])
+
+
+@st.composite
+def principals(draw: Any) -> CallContext:
+    authenticated = draw(st.booleans())
+    auth = (
+        AuthInfo(issuer=draw(_text), subject=draw(_text), client_id=draw(_text))
+        if authenticated
+        else None
+    )
+    transport = draw(st.sampled_from(["stdio", "memory", "http", "unknown"]))
+    return CallContext(transport=transport, auth=auth, session_id=draw(_text))
+
+
+def _identity(strategy: str, ctx: CallContext) -> object:
+    """The principal a strategy names (None: it must refuse); equal principals, equal scope."""
+    auth = ctx.auth
+    if strategy == "by_auth_subject":
+        if auth is not None:
+            return ("sub", auth.issuer, auth.subject) if auth.subject else None
+        # on a local transport the principal *is* the local user (same scope as local_user)
+        return ("local_user",) if ctx.transport in ("stdio", "memory") else None
+    if strategy == "by_client_id":
+        return ("client", auth.issuer, auth.client_id) if auth and auth.client_id else None
+    if strategy == "per_session":
+        return ("session", ctx.session_id) if ctx.session_id else None
+    if strategy == "custom":  # a user function returning whatever the client controls
+        return ("custom", ctx.session_id) if ctx.session_id else None
+    return (strategy,)  # shared, local_user: one value each
+
+
+@scope("echoes a client-controlled value")
+def _echo_session(ctx: CallContext) -> str:
+    if not ctx.session_id:
+        raise ScopeUnavailableError("none")
+    return ctx.session_id
+
+
+_STRATEGIES: dict[str, Scope] = {
+    "by_auth_subject": by_auth_subject,
+    "by_client_id": by_client_id,
+    "per_session": per_session,
+    "shared": shared,
+    "local_user": local_user,
+    "custom": _echo_session,
+}
+
+
+def _value(strategy: Scope, ctx: CallContext) -> str | None:
+    try:
+        return strategy(ctx)
+    except ScopeUnavailableError:
+        return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(principals(), principals(), st.sampled_from(sorted(_STRATEGIES)), st.data())
+def test_scopes_are_injective_across_strategies(
+    p: CallContext, q: CallContext, first: str, data: Any
+) -> None:
+    second = data.draw(st.sampled_from(sorted(_STRATEGIES)))
+    vp, vq = _value(_STRATEGIES[first], p), _value(_STRATEGIES[second], q)
+    ip, iq = _identity(first, p), _identity(second, q)
+    assert (vp is None) == (ip is None) and (vq is None) == (iq is None)
+    if vp is None or vq is None:
+        return
+    # a custom strategy echoing the built-in's own spelling still gets another value
+    forged = Scope(lambda ctx: vp, "forged")(p)
+    assert forged != vp
+    assert (vp == vq) == (ip == iq)
+    assert _value(_STRATEGIES[first], p) == vp  # equal principal, same scope, every time
+
+
+def test_local_transport_is_declared_for_its_block_only() -> None:
+    from idemtools.scopes import declared_local_transport
+
+    assert declared_local_transport() is None
+    with idemtools_local("stdio"):
+        assert declared_local_transport() == "stdio"
+        with idemtools_local("memory"):
+            assert declared_local_transport() == "memory"
+        assert declared_local_transport() == "stdio"
+    assert declared_local_transport() is None
+    with pytest.raises(ValueError), idemtools_local("websocket"):  # type: ignore[arg-type]
+        pass
+
+
+def test_sdk_session_ids_are_per_object_random_and_stable() -> None:
+    from idemtools.scopes import sdk_session_id
+
+    class Session:
+        pass
+
+    a, b = Session(), Session()
+    assert sdk_session_id(a) == sdk_session_id(a) != sdk_session_id(b)
+    assert len(sdk_session_id(a)) == 32

@@ -10,11 +10,14 @@ instance's `get_capabilities`, which every transport's `initialize` goes through
 
 Auth: the current request's token is `request_context.request.scope["user"].access_token`.
 `get_access_token()` is NOT used: on stateful HTTP it reports the token that created the session.
+The session for `per_session` is the SDK's `ServerSession` object, never the `Mcp-Session-Id`
+header (on stateless HTTP any value passes; on SSE the real session is in the query string).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -29,8 +32,15 @@ from ..errors import InstallError
 from ..installation import Installation
 from ..outcome import Outcome
 from ..policy import Policy, policy_of
-from ..scopes import AuthInfo, CallContext
+from ..scopes import (
+    CallContext,
+    Transport,
+    declared_local_transport,
+    local_transport,
+    sdk_session_id,
+)
 from . import _fields
+from ._auth import auth_info, configured_issuer
 
 __all__ = ["adapt", "declare_key_field"]
 
@@ -38,6 +48,8 @@ log = logging.getLogger("idemtools")
 
 Handler = Callable[[Any], Awaitable[Any]]
 _MARK = "__idemtools_wrapped__"
+_LIST_PAGE_CAP = 100
+"""Pages of `tools/list` read at most when checking whether a tool exists."""
 
 
 def declare_key_field() -> None:
@@ -68,26 +80,71 @@ def _self_test(declared: bool) -> None:
             )
 
 
-def _context(lowlevel: Any) -> CallContext:
+def _context(lowlevel: Any, issuer: str | None, name: str, arguments: Any) -> CallContext:
+    """Who is asking, from what the SDK itself validated for *this* request.
+
+    transport: "http" when the SDK handed over an HTTP request (streamable HTTP, SSE); a local
+    transport only when declared (`local_transport`, set by idemtools around the SDK's own
+    stdio and in-memory entry points); anything else, the WebSocket transport included, is
+    "unknown". session: the SDK's `ServerSession` object, once it completed the handshake
+    (a stateless HTTP request gets a fresh, never-initialized one: no session).
+    """
     try:
         rc = lowlevel.request_context
     except LookupError:
-        return CallContext()
+        return CallContext(tool=name, arguments=arguments)
     request = getattr(rc, "request", None)
-    if request is None:  # stdio or in-memory: no HTTP request behind the call
-        return CallContext(transport="stdio", session_id=f"local-{id(rc.session)}", raw=rc)
     auth = None
-    token = getattr(request.scope.get("user"), "access_token", None)
-    if token is not None:
-        claims = getattr(token, "claims", None) or {}
-        auth = AuthInfo(
-            issuer=claims.get("iss"),
-            subject=getattr(token, "subject", None) or claims.get("sub"),
-            client_id=getattr(token, "client_id", None),
-        )
+    transport: Transport
+    if request is not None:
+        transport = "http" if getattr(request, "scope", {}).get("type") == "http" else "unknown"
+        token = getattr(request.scope.get("user"), "access_token", None)
+        if token is not None:
+            auth = auth_info(token, issuer)
+    else:
+        transport = declared_local_transport() or "unknown"
+    session = getattr(rc, "session", None)
+    handshaken = session is not None and getattr(session, "client_params", None) is not None
     return CallContext(
-        transport="http", auth=auth, session_id=request.headers.get("mcp-session-id"), raw=rc
+        transport=transport,
+        auth=auth,
+        session_id=sdk_session_id(session) if handshaken else None,
+        tool=name,
+        arguments=arguments,
+        raw=rc,
     )
+
+
+def _mark_local_entry_points(server: Any, lowlevel: Any) -> None:
+    """Declare the SDK's own local transports, so `by_auth_subject` knows them positively.
+
+    `FastMCP.run_stdio_async` (and so `run("stdio")`) serves stdio; the SDK's in-memory helper
+    `create_connected_server_and_client_session` calls `lowlevel.run` from mcp.shared.memory.
+    Request handlers inherit the context `Server.run` runs in, so a context variable set around
+    it marks every call of that connection.
+    """
+    run_stdio = getattr(server, "run_stdio_async", None)
+    if run_stdio is not None and server is not lowlevel:
+
+        async def run_stdio_async() -> None:
+            with local_transport("stdio"):
+                await run_stdio()
+
+        server.run_stdio_async = run_stdio_async
+    original_run = lowlevel.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
+        if declared_local_transport() is None and caller.endswith("mcp/shared/memory.py"):
+            return _run_local("memory", original_run(*args, **kwargs))
+        return original_run(*args, **kwargs)
+
+    lowlevel.run = run
+
+
+async def _run_local(kind: Any, coro: Awaitable[Any]) -> Any:
+    with local_transport(kind):
+        return await coro
 
 
 def _result_model(result: dict[str, Any]) -> type[Any]:
@@ -128,12 +185,37 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
         declare_key_field()
     _self_test(declare_field)
     tool_manager = getattr(server, "_tool_manager", None)
+    issuer = configured_issuer(server)
+    _mark_local_entry_points(server, lowlevel)
 
-    def own_policy(name: str) -> Policy | None:
-        if tool_manager is None:
-            return None
-        tool = tool_manager.get_tool(name)
-        return policy_of(getattr(tool, "fn", None)) if tool is not None else None
+    async def unknown(name: str, known_before: bool) -> bool:
+        """After an error answer: was `name` a tool this server does not have?
+
+        Such a call executed nothing, so it is answered but not recorded: a rolling deploy that
+        adds the tool must not replay "Unknown tool". FastMCP: absent from its tool manager
+        before and after the call. Low-level server: not in its own `tools/list` answer (the
+        handler is the server's code; a tool it lists may have run before failing). Any doubt
+        (no listing, a listing that fails) counts as known: the answer is recorded.
+        """
+        if tool_manager is not None:
+            return not known_before and tool_manager.get_tool(name) is None
+        handler = lowlevel.request_handlers.get(types.ListToolsRequest)
+        if handler is None:
+            return False
+        cursor: str | None = None
+        try:
+            for _ in range(_LIST_PAGE_CAP):
+                params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                result = await handler(types.ListToolsRequest(method="tools/list", params=params))
+                page = getattr(result, "root", result)
+                if any(tool.name == name for tool in page.tools):
+                    return False
+                cursor = page.nextCursor
+                if cursor is None:
+                    return True
+        except Exception:
+            log.warning("tools/list failed while checking tool %r; its answer is recorded", name)
+        return False
 
     def wrap(inner: Handler) -> Handler:
         async def call_tool(req: Any) -> Any:
@@ -146,20 +228,25 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
             # ran is answered with that very object rather than a model re-validated from its
             # JSON (a second pydantic pass over the whole result).
             ran: list[Any] = []
+            name = params.name
+            tool = tool_manager.get_tool(name) if tool_manager is not None else None
+            policy = policy_of(getattr(tool, "fn", None)) if tool is not None else None
 
             async def run() -> Outcome:
                 try:
                     result = await inner(req)
                 except McpError as exc:
-                    return Outcome(error=exc.error.model_dump(mode="json", exclude_none=True))
+                    error = exc.error.model_dump(mode="json", exclude_none=True)
+                    return Outcome(error=error, final=not await unknown(name, tool is not None))
                 except Exception:
                     # The SDK would send code 0 with the exception text; keep internals private.
                     log.exception("tools/call handler raised")
                     return Outcome.of_error(types.INTERNAL_ERROR, "Internal error")
                 root: Any = getattr(result, "root", result)
-                outcome = Outcome(
-                    result=root.model_dump(by_alias=True, mode="json", exclude_none=True)
-                )
+                dumped = root.model_dump(by_alias=True, mode="json", exclude_none=True)
+                # An unknown tool ran nothing: answered, not recorded.
+                final = not (dumped.get("isError") and await unknown(name, tool is not None))
+                outcome = Outcome(result=dumped, final=final)
                 ran[:] = (outcome, result)
                 return outcome
 
@@ -167,8 +254,8 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
                 name=params.name,
                 arguments=params.arguments,
                 key=key,
-                context=_context(lowlevel),
-                policy=own_policy(params.name),
+                context=_context(lowlevel, issuer, params.name, params.arguments),
+                policy=policy,
             )
             outcome = await engine.handle(call, run)
             # A client that cancelled already got its answer from the SDK; don't answer twice.
@@ -214,7 +301,9 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
         return [(t.name, None) for t in getattr(result, "root", result).tools]
 
     kind = "mcp1.fastmcp" if tool_manager is not None else "mcp1.lowlevel"
-    return Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+    installation = Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+    installation.hook_lifespan(lowlevel)  # the store is checked once, when the server starts
+    return installation
 
 
 # -- client side -------------------------------------------------------------------------------

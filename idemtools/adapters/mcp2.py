@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import mcp_types as types
+from mcp.shared.direct_dispatcher import DIRECT_TRANSPORT_KIND
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
@@ -31,14 +32,22 @@ from ..errors import InstallError
 from ..installation import Installation
 from ..outcome import Outcome
 from ..policy import Policy, policy_of
-from ..scopes import AuthInfo, CallContext
+from ..scopes import (
+    CallContext,
+    Transport,
+    declared_local_transport,
+    local_transport,
+    sdk_session_id,
+)
 from . import _fields
+from ._auth import auth_info, configured_issuer
 
 __all__ = ["IdempotencyMiddleware", "adapt", "declare_key_field"]
 
 log = logging.getLogger("idemtools")
 
-_CONTINUATION = frozenset({"requestState", "inputResponses"})
+_LIST_PAGE_CAP = 100
+"""Pages of `tools/list` read at most when checking whether a tool exists."""
 
 
 def declare_key_field() -> None:
@@ -66,33 +75,46 @@ def _self_test() -> None:
         raise InstallError("declared idempotencyKey does not reach the wire on this mcp version")
 
 
-def _auth(ctx: Any) -> AuthInfo | None:
-    request = getattr(ctx, "request", None)
-    token = None
+def _token(ctx: Any) -> Any:
+    """The validated access token of *this* request (the ASGI scope's user), if any."""
+    request = ctx.request
     if request is not None:
-        token = getattr(request.scope.get("user"), "access_token", None)
-    if token is None:
-        from mcp.server.auth.middleware.auth_context import get_access_token
+        return getattr(getattr(request, "scope", {}).get("user"), "access_token", None)
+    return None
 
-        token = get_access_token()
-    if token is None:
+
+def _transport(ctx: Any) -> Transport:
+    if ctx.request is not None:
+        return "http" if getattr(ctx.request, "scope", {}).get("type") == "http" else "unknown"
+    outbound = getattr(ctx.session, "_request_outbound", None)
+    kind = getattr(getattr(outbound, "transport", None), "kind", None)
+    if kind == DIRECT_TRANSPORT_KIND:  # the SDK's in-process Client: no wire at all
+        return "memory"
+    if kind == "jsonrpc":  # a stream pair: local only when declared (local_transport)
+        return declared_local_transport() or "unknown"
+    return "unknown"
+
+
+def _session_id(ctx: Any) -> str | None:
+    """The SDK's `Connection` for this request, when it is a session: a handshake completed
+    on it (stateful HTTP, SSE, stdio). Stateless HTTP builds a fresh connection per request
+    with no handshake, and the 2026-07-28 era has no sessions: None, never a header."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
         return None
-    claims = getattr(token, "claims", None) or {}
-    return AuthInfo(
-        issuer=claims.get("iss"),
-        subject=getattr(token, "subject", None) or claims.get("sub"),
-        client_id=getattr(token, "client_id", None),
-    )
+    connection = getattr(ctx.session, "_connection", None)
+    if connection is None or getattr(connection, "client_params", None) is None:
+        return None
+    return sdk_session_id(connection)
 
 
-def _context(ctx: Any) -> CallContext:
-    request = getattr(ctx, "request", None)
-    if request is None:  # stdio or in-process: no HTTP request behind the call
-        return CallContext(transport="stdio", session_id=f"local-{id(ctx.session)}", raw=ctx)
+def _context(ctx: Any, issuer: str | None, name: str, arguments: Any) -> CallContext:
+    token = _token(ctx)
     return CallContext(
-        transport="http",
-        auth=_auth(ctx),
-        session_id=request.headers.get("mcp-session-id"),
+        transport=_transport(ctx),
+        auth=auth_info(token, issuer) if token is not None else None,
+        session_id=_session_id(ctx),
+        tool=name,
+        arguments=arguments,
         raw=ctx,
     )
 
@@ -106,19 +128,105 @@ def _error_outcome(exc: BaseException) -> Outcome:
     return Outcome.of_error(types.INTERNAL_ERROR, "Internal server error")
 
 
+class _InnermostList(list):  # type: ignore[type-arg]
+    """`Server.middleware` that keeps idemtools the innermost (last) middleware.
+
+    Why: a replay is answered from the record without calling the rest of the chain, so any
+    middleware inside idemtools (an authorization or rate-limit check added after
+    `install()`) would be skipped by every replay. Whatever the order of `install()` and
+    `middleware.append(...)`, `insert`, `extend` or `+=`, the user's middlewares end up outside
+    (before) idemtools, so every call, replayed or executed, passes through all of them.
+    """
+
+    def __init__(self, items: Any, ours: Any) -> None:
+        super().__init__(items)
+        self._ours = ours
+        self._settle()
+
+    def _settle(self) -> None:
+        ours = self._ours
+        if any(m is ours for m in self) and self[-1] is not ours:
+            super().remove(ours)
+            super().append(ours)
+
+    def append(self, item: Any) -> None:
+        if item is not self._ours and any(m is self._ours for m in self):
+            super().insert(len(self) - 1, item)
+        else:
+            super().append(item)
+            self._settle()
+
+    def insert(self, index: Any, item: Any) -> None:
+        super().insert(index, item)
+        self._settle()
+
+    def extend(self, items: Any) -> None:
+        for item in list(items):
+            self.append(item)
+
+    def __iadd__(self, items: Any) -> Any:  # type: ignore[misc]
+        self.extend(items)
+        return self
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        super().__setitem__(index, value)
+        self._settle()
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        super().sort(*args, **kwargs)
+        self._settle()
+
+    def reverse(self) -> None:
+        super().reverse()
+        self._settle()
+
+
+def _keep_innermost(lowlevel: Any, ours: Any) -> bool:
+    """Re-guard `lowlevel.middleware` if it was replaced; True when idemtools was not last."""
+    chain = lowlevel.middleware
+    was_last = bool(chain) and chain[-1] is ours
+    if not isinstance(chain, _InnermostList):
+        lowlevel.middleware = _InnermostList(chain, ours)
+    return not was_last
+
+
 class IdempotencyMiddleware:
     """The server middleware that puts the SEP-3182 engine in front of `tools/call`."""
 
-    def __init__(self, lowlevel: Any, engine: Engine, tool_manager: Any) -> None:
+    def __init__(
+        self, lowlevel: Any, engine: Engine, tool_manager: Any, issuer: str | None = None
+    ) -> None:
         self.lowlevel = lowlevel
         self.engine = engine
         self.tool_manager = tool_manager
+        self.issuer = issuer
 
-    def own_policy(self, name: object) -> Policy | None:
-        if self.tool_manager is None or not isinstance(name, str):
-            return None
-        tool = self.tool_manager.get_tool(name)
-        return policy_of(getattr(tool, "fn", None)) if tool is not None else None
+    async def unknown(self, ctx: Any, name: str, known_before: bool) -> bool:
+        """After an error answer: was `name` a tool this server does not have?
+
+        Such a call executed nothing, so it is answered but not recorded: a rolling deploy that
+        adds the tool must not replay "Unknown tool". MCPServer: absent from its tool manager
+        before and after the call. Low-level server: not in its own `tools/list` answer (the
+        handler is the server's code; a tool it lists may have run before failing). Any doubt
+        (no listing, a listing that fails) counts as known: the answer is recorded.
+        """
+        if self.tool_manager is not None:
+            return not known_before and self.tool_manager.get_tool(name) is None
+        entry = self.lowlevel.get_request_handler("tools/list")
+        if entry is None:
+            return False
+        cursor: str | None = None
+        try:
+            for _ in range(_LIST_PAGE_CAP):
+                page = await entry.handler(ctx, types.PaginatedRequestParams(cursor=cursor))
+                if any(tool.name == name for tool in page.tools):
+                    return False
+                cursor = page.next_cursor
+                if cursor is None:
+                    return True
+        except Exception:
+            log.warning("tools/list failed while checking tool %r; its answer is recorded", name)
+        return False
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
         # Every request passes here: the common cases (another method, an unkeyed call) are
@@ -133,30 +241,59 @@ class IdempotencyMiddleware:
             return await call_next(ctx)
         key = params.get(_fields.WIRE_NAME)
         # MRTR continuations are outside SEP-3182 (its Scope section): run, touch no record.
-        if key is None or not _CONTINUATION.isdisjoint(params):
+        # Only a non-null field makes a continuation: `"requestState": null` means absent.
+        if (
+            key is None
+            or params.get("requestState") is not None
+            or params.get("inputResponses") is not None
+        ):
             return await call_next(ctx)
         name = params.get("name")
         arguments = params.get("arguments")
         if not isinstance(name, str) or not (isinstance(arguments, dict) or arguments is None):
             # Malformed params: the SDK refuses them as it always does; nothing to deduplicate.
             return await call_next(ctx)
+        chain = self.lowlevel.middleware
+        if (not isinstance(chain, _InnermostList) or chain[-1] is not self) and _keep_innermost(
+            self.lowlevel, self
+        ):
+            # `Server.middleware` was replaced wholesale: a middleware inside idemtools would
+            # not see replays. Fail closed for this call; the chain is put right for the next.
+            log.error(
+                "idemtools was not the innermost server middleware (Server.middleware was "
+                "replaced); refused a keyed call. Add middlewares with middleware.append() "
+                "or insert(), before or after install(): idemtools keeps itself last"
+            )
+            raise MCPError(
+                types.INTERNAL_ERROR,
+                "idemtools was not the innermost server middleware; the call was not run, retry it",
+            )
+
+        tool = self.tool_manager.get_tool(name) if self.tool_manager is not None else None
+        policy = policy_of(getattr(tool, "fn", None)) if tool is not None else None
+        known = tool is not None
 
         async def run() -> Outcome:
             try:
                 result = await call_next(ctx)
             except Exception as exc:
-                return _error_outcome(exc)
+                outcome = _error_outcome(exc)
+                if await self.unknown(ctx, name, known):
+                    return Outcome(error=outcome.error, final=False)
+                return outcome
             if not isinstance(result, dict):
                 return Outcome.of_error(types.INTERNAL_ERROR, "Internal server error")
             final = result.get("resultType", "complete") != "input_required"
+            if final and result.get("isError") and await self.unknown(ctx, name, known):
+                final = False  # an unknown tool ran nothing: answered, not recorded
             return Outcome(result=result, final=final)
 
         call = ToolCall(
             name=name,
             arguments=arguments,
             key=key,
-            context=_context(ctx),
-            policy=self.own_policy(name),
+            context=_context(ctx, self.issuer, name, arguments),
+            policy=policy,
         )
         outcome = await self.engine.handle(call, run)
         await anyio.lowlevel.checkpoint_if_cancelled()
@@ -167,6 +304,23 @@ class IdempotencyMiddleware:
         if outcome.replayed:
             return _envelope(outcome.result, ctx.protocol_version, self.lowlevel)
         return outcome.result
+
+
+def _mark_local_entry_points(server: Any, lowlevel: Any) -> None:
+    """Declare `MCPServer.run_stdio_async` (and so `run("stdio")`) a local transport.
+
+    mcp 2.x runs each request in the context of the task that sent it into the stream (the
+    stdio reader, started inside `stdio_server()`), so the declaration wraps the transport.
+    """
+    run_stdio = getattr(server, "run_stdio_async", None)
+    if run_stdio is None or server is lowlevel:
+        return
+
+    async def run_stdio_async() -> None:
+        with local_transport("stdio"):
+            await run_stdio()
+
+    server.run_stdio_async = run_stdio_async
 
 
 def _advertise(result: Any) -> Any:
@@ -209,14 +363,17 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
         declare_key_field()
         _self_test()
     tool_manager = getattr(server, "_tool_manager", None)
-    middleware = IdempotencyMiddleware(lowlevel, engine, tool_manager)
-    lowlevel.middleware.append(middleware)
+    middleware = IdempotencyMiddleware(lowlevel, engine, tool_manager, configured_issuer(server))
+    _mark_local_entry_points(server, lowlevel)
+    lowlevel.middleware = _InnermostList([*lowlevel.middleware, middleware], middleware)
     original_caps = lowlevel.get_capabilities
 
     def get_capabilities(*args: Any, **kwargs: Any) -> Any:
-        # initialize and server/discover pass here: put back a middleware someone removed.
-        if middleware not in lowlevel.middleware:
+        # initialize and server/discover pass here: put back a middleware someone removed, and
+        # keep it innermost if the list was replaced.
+        if not any(m is middleware for m in lowlevel.middleware):
             lowlevel.middleware.append(middleware)
+        _keep_innermost(lowlevel, middleware)
         return original_caps(*args, **kwargs)
 
     lowlevel.get_capabilities = get_capabilities
@@ -227,7 +384,9 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
         return [(t.name, policy_of(t.fn)) for t in tool_manager.list_tools()]
 
     kind = "mcp2.mcpserver" if tool_manager is not None else "mcp2.lowlevel"
-    return Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+    installation = Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+    installation.hook_lifespan(lowlevel)  # the store is checked once, when the server starts
+    return installation
 
 
 # -- client side -------------------------------------------------------------------------------

@@ -57,14 +57,38 @@ def _take(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, str]]:
     return urlunsplit(parts._replace(query=urlencode(rest))), ours
 
 
+_QUOTA = "max_records_per_scope"
+
+
+def _int(name: str, value: str) -> int:
+    """A query option's integer; the error names the option, never echoes the whole URL
+    (it may hold a password)."""
+    try:
+        return int(value.replace("_", ""))
+    except ValueError:
+        raise ValueError(f"store URL option {name}= must be an integer, got {value!r}") from None
+
+
+def _flag(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"?{name}= takes true or false, got {value!r}")
+
+
 def from_url(url: str, **options: Any) -> Store:
     """Build a store from a URL, so operators choose it in configuration, not code.
 
     `memory://` (the default embedded store), `sqlite:///path/to/file.db`,
     `redis://host:port/db` (also `rediss://`, `unix://`), `postgresql://user@host/db` (its schema
     must exist: see `PostgresStore.create_schema`). idemtools' own settings may ride in the
-    query, so one environment variable configures a deployment: `?max_records=` (memory,
-    sqlite), `?prefix=` (redis: several servers sharing one Redis), `?table=` (postgres).
+    query, so one environment variable configures a deployment: `?max_records=` and
+    `?max_bytes=` (memory, sqlite), `?max_records_per_scope=` (every store: the per-caller
+    quota), `?prefix=` (redis: several servers sharing one Redis), `?allow_eviction=true`
+    (redis: serve keyed calls although its `maxmemory-policy` may evict records), `?table=`
+    (postgres).
     Keyword options go to the store's constructor and win over the query.
     """
     scheme, sep, _ = url.partition("://")
@@ -72,9 +96,10 @@ def from_url(url: str, **options: Any) -> Store:
         raise ValueError(f"not a store URL: {url!r} (expected e.g. memory://, sqlite:///x.db)")
     scheme = scheme.lower()
     if scheme in ("memory", "sqlite"):
-        _, ours = _take(url, ("max_records",))
-        if "max_records" in ours:
-            options.setdefault("max_records", int(ours["max_records"]))
+        _, ours = _take(url, ("max_records", "max_bytes", _QUOTA))
+        for name in ("max_records", "max_bytes", _QUOTA):
+            if name in ours:
+                options.setdefault(name, _int(name, ours[name]))
         if scheme == "memory":
             return MemoryStore(**options)
         path = url.split("?", 1)[0][len("sqlite://") :]  # sqlite:///abs.db or sqlite://rel.db
@@ -84,15 +109,21 @@ def from_url(url: str, **options: Any) -> Store:
     if scheme in ("redis", "rediss", "unix"):
         from .redis import RedisStore
 
-        clean, ours = _take(url, ("prefix",))
+        clean, ours = _take(url, ("prefix", _QUOTA, "allow_eviction"))
         if "prefix" in ours:
             options.setdefault("prefix", ours["prefix"])
+        if _QUOTA in ours:
+            options.setdefault(_QUOTA, _int(_QUOTA, ours[_QUOTA]))
+        if "allow_eviction" in ours:
+            options.setdefault("allow_eviction", _flag("allow_eviction", ours["allow_eviction"]))
         return RedisStore.from_url(clean, **options)
     if scheme in ("postgres", "postgresql"):
         from .postgres import PostgresStore
 
-        clean, ours = _take(url, ("table",))
+        clean, ours = _take(url, ("table", _QUOTA))
         if "table" in ours:
             options.setdefault("table", ours["table"])
+        if _QUOTA in ours:
+            options.setdefault(_QUOTA, _int(_QUOTA, ours[_QUOTA]))
         return PostgresStore.from_url(clean, **options)
     raise ValueError(f"unknown store scheme {scheme!r} in {url!r}")

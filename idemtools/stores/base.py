@@ -7,13 +7,23 @@ so stores that share a server (Redis, PostgreSQL) never compare clocks across ma
     claim    no live record → create IN_PROGRESS(owner, fingerprint), lease seconds; return CLAIMED
              live record    → return it untouched
     renew    IN_PROGRESS and held by owner → extend the lease
-    complete IN_PROGRESS and held by owner → COMPLETED(outcome), kept for `retention` seconds
+    complete IN_PROGRESS and held by owner → COMPLETED(outcome), kept for `retention` seconds;
+             also after the owner's lease ran out, as long as nobody else claimed the key
+             (late completion; with `fingerprint`, a claim that expired away entirely is
+             recorded anew)
     release  IN_PROGRESS and held by owner → delete (the call ended without a final outcome)
     get      the live record, or None
 
 A record "held by owner" is fenced: a process whose lease ran out and was claimed anew can never
-complete, renew or release the newer claim. Stores raise only `StoreUnavailableError` (wrapping
-the driver's error) and `StoreFullError`; they never drop a live record to make room.
+complete, renew or release the newer claim, nor overwrite a completed record. `complete` alone
+does not require the lease to be live: an owner whose lease ran out while nobody else claimed
+the key (a tool that blocked past its lease, a paused process) still records its outcome, so an
+outcome is only ever lost when a second execution already began (semantics.md, Fencing). The
+engine always passes `fingerprint` to `complete`, so a store whose expired claim is already gone
+(Redis TTLs) can record it anew; without it a store may refuse such a late completion.
+
+Stores raise only `StoreUnavailableError` (wrapping the driver's error) and `StoreFullError`;
+they never drop a live record to make room.
 """
 
 from __future__ import annotations
@@ -68,7 +78,14 @@ class Store(Protocol):
     async def renew(self, scope: str, key: str, owner: str, lease: float) -> bool: ...
 
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool: ...
 
     async def release(self, scope: str, key: str, owner: str) -> bool: ...

@@ -9,6 +9,28 @@ and completed records (expiry = retention, written once). A completed record the
 cache write, and TLRUCache's lazily-deleted heap entries pile up only in the small in-progress
 cache, which compacts them itself. Ids, fingerprints and owner tokens are kept as raw bytes when
 they are the hex strings the engine produces, and turned back into the same strings in `Record`.
+
+Bounds
+------
+Three, all checked inside the claim's lock, none ever met by evicting:
+
+* `max_records` live records (default 100,000);
+* `max_bytes` (default 256 MiB): the estimated memory of the records held, i.e. each record's
+  outcome, id, fingerprint and owner plus `RECORD_OVERHEAD` bytes for the Python objects around
+  them (measured with tracemalloc on CPython 3.11: about 400 bytes for a claim with a 12-byte
+  key). Counting records alone allowed 100,000 × 1 MiB ≈ 94 GiB; bytes are what runs a process
+  out of memory. The caches keep the sum themselves (cachetools' `getsizeof`), so every write
+  path, whoever wrote it, is accounted for, and an expired record stops counting when it is
+  removed;
+* `max_records_per_scope` (default None: no quota): live records per scope, so one caller
+  flooding unique keys is refused with `QuotaExceededError` while every other scope claims on.
+
+An outcome's size is known only at `complete`, after the tool ran. Refusing to record it then
+would turn the bound into a second execution (the retry finds no record), so `complete` always
+records and may take the store over `max_bytes`, by at most the outcomes of the calls that were
+in progress when the budget was reached; new claims are refused until expiry brings the total
+back under the budget. Size `max_bytes` with that headroom in mind (concurrent keyed calls ×
+the engine's `max_outcome_bytes`, 1 MiB by default).
 """
 
 from __future__ import annotations
@@ -20,10 +42,17 @@ from collections.abc import Callable
 
 from cachetools import Cache, TLRUCache
 
-from ..errors import StoreFullError
+from ..errors import QuotaExceededError, StoreFullError
 from .base import Claim, Record, Status
 
-__all__ = ["MemoryStore"]
+__all__ = ["RECORD_OVERHEAD", "MemoryStore"]
+
+RECORD_OVERHEAD = 320
+"""Bytes counted per record besides its id, fingerprint, owner and outcome: the `_Entry`, the
+two caches' dict slots, TLRUCache's item and heap entry, the bytes objects' headers."""
+
+_UNPACKED_META = 160
+"""Extra bytes of an unpacked (fingerprint, owner) tuple of strings over the packed 48 bytes."""
 
 _Meta = bytes | tuple[str, str]
 """(fingerprint, owner): 48 raw bytes for the engine's SHA-256 / 128-bit hex, else the strings."""
@@ -32,16 +61,83 @@ _Meta = bytes | tuple[str, str]
 class _Entry:
     # Mutable on purpose: renew/complete update in place and re-set the item to move its expiry.
     # Status is not stored: it is which cache holds the entry.
-    __slots__ = ("expires", "meta", "outcome")
+    __slots__ = ("base", "expires", "meta", "outcome")
 
-    def __init__(self, meta: _Meta, expires: float) -> None:
+    def __init__(self, meta: _Meta, expires: float, id_size: int = 0) -> None:
         self.meta = meta
         self.expires = expires
         self.outcome: bytes | None = None
+        # The bytes this record costs before it has an outcome (see RECORD_OVERHEAD).
+        if isinstance(meta, bytes):
+            self.base = RECORD_OVERHEAD + id_size + len(meta)
+        else:
+            self.base = RECORD_OVERHEAD + id_size + _UNPACKED_META + len(meta[0]) + len(meta[1])
 
 
 def _ttu(_key: object, entry: _Entry, _now: float) -> float:
     return entry.expires
+
+
+def _sizeof(entry: _Entry) -> int:
+    """What an entry costs now; the cache calls it on every write, so `currsize` follows
+    renewals and completions (an outcome added by `complete` counts from then on)."""
+    outcome = entry.outcome
+    return entry.base if outcome is None else entry.base + len(outcome)
+
+
+def _scope_of(rid: bytes) -> bytes:
+    """The scope part of a record id (see `MemoryStore._id`)."""
+    if rid[0] == 0:
+        return rid[:33]
+    return rid[: 9 + int.from_bytes(rid[1:9], "big")]
+
+
+class _ScopedCache(TLRUCache[bytes, _Entry]):
+    """A TLRUCache that also counts the items it holds per scope, in a dict shared by the
+    store's two caches. Used only with a per-scope quota, so a store without one pays nothing.
+
+    Counting in the cache rather than in the store's operations means every write or removal is
+    seen, including TLRUCache's own removal of expired items (`expire`, which its writes call):
+    the count of a scope is the number of its items present, an upper bound of its live records
+    that becomes exact after `expire(now)`.
+    """
+
+    def __init__(
+        self, counts: dict[bytes, int], *, maxsize: float, timer: Callable[[], float]
+    ) -> None:
+        super().__init__(maxsize=maxsize, ttu=_ttu, timer=timer, getsizeof=_sizeof)
+        self._counts = counts
+
+    def _count(self, rid: bytes, delta: int) -> None:
+        sid = _scope_of(rid)
+        n = self._counts.get(sid, 0) + delta
+        if n > 0:
+            self._counts[sid] = n
+        else:
+            self._counts.pop(sid, None)  # no entry for a scope with nothing: no slow leak
+
+    def expire(self, time: float | None = None) -> list[tuple[bytes, _Entry]]:
+        expired = list(super().expire(time))
+        for rid, _ in expired:
+            self._count(rid, -1)
+        return expired
+
+    def __setitem__(self, key: bytes, value: _Entry) -> None:
+        with self.timer as now:  # one frozen time for our expire and TLRUCache's own
+            self.expire(now)
+            had = _contains(self, key)
+            super().__setitem__(key, value)
+        has = _contains(self, key)
+        if has != had:  # TLRUCache drops an item re-set with an expiry already past
+            self._count(key, 1 if has else -1)
+
+    def __delitem__(self, key: bytes) -> None:
+        had = _contains(self, key)
+        try:
+            super().__delitem__(key)  # may delete, then raise KeyError for an expired item
+        finally:
+            if had and not _contains(self, key):
+                self._count(key, -1)
 
 
 # Reads go straight to the underlying mapping (Cache's own methods, as TLRUCache itself calls
@@ -52,6 +148,11 @@ def _ttu(_key: object, entry: _Entry, _now: float) -> float:
 _contains = Cache.__contains__
 _peek = Cache.__getitem__
 _size = Cache.__len__
+_bytes: Callable[[Cache[bytes, _Entry]], float] = Cache.currsize.fget  # type: ignore[attr-defined]
+"""Cache's own `currsize`: TLRUCache's property expires the whole cache on every read."""
+
+_NEVER = float(1 << 62)
+"""The caches' own maxsize: never reached, so they never evict (see `MemoryStore.__init__`)."""
 
 _CLAIMED = Claim(claimed=True)  # frozen: one shared answer instead of one per claim
 
@@ -85,29 +186,59 @@ class MemoryStore:
     """Records in this process's memory: lost on restart, invisible to other instances.
 
     Right for stdio servers (one process per client) and single-instance servers. Bounded by
-    `max_records` live records; each operation is a dict access plus a heap push (O(log n)).
+    `max_records` live records and `max_bytes` of estimated memory (see the module docstring);
+    each operation is a dict access plus a heap push (O(log n)).
 
     Args:
         max_records: live records at most; a claim beyond it is refused, never evicted.
+        max_bytes: estimated bytes of the records held (outcomes plus `RECORD_OVERHEAD` per
+            record); a claim that would exceed it is refused with `StoreFullError`. Completion
+            is never refused, so in-flight calls may take the total slightly over it.
+        max_records_per_scope: live records (in progress or completed) per scope at most; a
+            claim beyond it is refused with `QuotaExceededError`, other scopes unaffected.
+            None (the default): no quota.
         clock: seconds, monotonic; inject a fake to test expiry without sleeping.
     """
 
     kind = "memory"
 
     def __init__(
-        self, *, max_records: int = 100_000, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        max_records: int = 100_000,
+        max_bytes: int = 256 << 20,
+        max_records_per_scope: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_records < 1:
             raise ValueError("max_records must be at least 1")
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1")
+        if max_records_per_scope is not None and max_records_per_scope < 1:
+            raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
         self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.max_records_per_scope = max_records_per_scope
         self._clock = clock
-        # We never let either cache reach the point of evicting: `claim` checks the total first.
-        self._running: TLRUCache[bytes, _Entry] = TLRUCache(
-            maxsize=max_records, ttu=_ttu, timer=clock
-        )
-        self._done: TLRUCache[bytes, _Entry] = TLRUCache(maxsize=max_records, ttu=_ttu, timer=clock)
+        # The caches must never evict: `claim` checks every bound first, and `complete` may go
+        # over `max_bytes`, so their own maxsize (in bytes, via getsizeof) is unreachable.
+        self._per_scope: dict[bytes, int] = {}
+        self._running: TLRUCache[bytes, _Entry]
+        self._done: TLRUCache[bytes, _Entry]
+        if max_records_per_scope is None:
+            self._running = TLRUCache(maxsize=_NEVER, ttu=_ttu, timer=clock, getsizeof=_sizeof)
+            self._done = TLRUCache(maxsize=_NEVER, ttu=_ttu, timer=clock, getsizeof=_sizeof)
+        else:
+            self._running = _ScopedCache(self._per_scope, maxsize=_NEVER, timer=clock)
+            self._done = _ScopedCache(self._per_scope, maxsize=_NEVER, timer=clock)
         # Async callers run these under one event loop; the lock makes threaded use safe too.
         self._lock = threading.Lock()
+
+    @property
+    def bytes_used(self) -> int:
+        """Estimated bytes of the records held, expired ones not yet removed included."""
+        with self._lock:
+            return int(_bytes(self._running) + _bytes(self._done))
 
     @staticmethod
     def _id(scope: str, key: str) -> bytes:
@@ -167,17 +298,47 @@ class MemoryStore:
             found = self._find(rid, now)
             if found is not None:
                 return Claim(claimed=False, existing=self._record(*found, now))
-            # Raw sizes count expired items too, so they are an upper bound of the live count:
-            # only a store near its bound pays for expiring both caches and counting again.
-            if _size(self._running) + _size(self._done) >= self.max_records:
+            entry = _Entry(_pack(fingerprint, owner), now + lease, len(rid))
+            running, done = self._running, self._done
+            # Raw sizes count expired items too, so they are upper bounds of the live ones: only
+            # a store (or scope) near a bound pays for expiring both caches and looking again.
+            if (
+                _size(running) + _size(done) >= self.max_records
+                or _bytes(running) + _bytes(done) + entry.base > self.max_bytes
+                or (
+                    self.max_records_per_scope is not None
+                    and self._per_scope.get(_scope_of(rid), 0) >= self.max_records_per_scope
+                )
+            ):
                 self._expire(now)
-                if _size(self._running) + _size(self._done) >= self.max_records:
-                    raise StoreFullError(
-                        f"memory store holds its maximum of {self.max_records} live records",
-                        key=key,
-                    )
-            self._running[rid] = _Entry(_pack(fingerprint, owner), now + lease)
+                self._refuse_if_bounded(rid, entry, key)
+            running[rid] = entry
             return _CLAIMED
+
+    def _refuse_if_bounded(self, rid: bytes, entry: _Entry, key: str) -> None:
+        """Raise if claiming `rid` would break a bound; the caches hold only live items now.
+
+        The quota is checked first: a caller over its own quota is told so, whatever the state
+        of the store as a whole.
+        """
+        quota = self.max_records_per_scope
+        if quota is not None and self._per_scope.get(_scope_of(rid), 0) >= quota:
+            raise QuotaExceededError(
+                f"this caller holds its maximum of {quota} live idempotency records; the call "
+                "was not run",
+                key=key,
+            )
+        running, done = self._running, self._done
+        if _size(running) + _size(done) >= self.max_records:
+            raise StoreFullError(
+                f"memory store holds its maximum of {self.max_records} live records",
+                key=key,
+            )
+        if _bytes(running) + _bytes(done) + entry.base > self.max_bytes:
+            raise StoreFullError(
+                f"memory store holds its maximum of {self.max_bytes} bytes of records",
+                key=key,
+            )
 
     def _drop_running(self, rid: bytes) -> None:
         # TLRUCache deletes, then raises KeyError if the item's time ran out meanwhile (its timer
@@ -206,15 +367,33 @@ class MemoryStore:
             return True
 
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool:
         rid = self._id(scope, key)
         with self._lock:
             now = self._clock()
-            entry = self._held(rid, owner, now)
-            if entry is None:
+            done = self._done
+            if _contains(done, rid) and _peek(done, rid).expires > now:
+                return False  # a completed record is final
+            running = self._running
+            if _contains(running, rid):
+                # Late completion: our own claim, live or not, as long as nobody re-claimed.
+                entry: _Entry = _peek(running, rid)
+                if _owner_of(entry.meta) != owner:
+                    return False
+                self._drop_running(rid)
+            elif fingerprint is not None:
+                # Our lease ran out and the expired claim is gone: nobody claimed since.
+                entry = _Entry(_pack(fingerprint, owner), now, len(rid))
+            else:
                 return False
-            self._drop_running(rid)
             entry.outcome = outcome
             entry.expires = now + retention
             self._done[rid] = entry
@@ -233,6 +412,11 @@ class MemoryStore:
             now = self._clock()
             found = self._find(self._id(scope, key), now)
             return None if found is None else self._record(*found, now)
+
+    def for_lease_keeper(self) -> MemoryStore:
+        """This store itself: its operations take a thread lock and never await, so the lease
+        keeper's thread may call them from its own event loop."""
+        return self
 
     async def aclose(self) -> None:
         return None

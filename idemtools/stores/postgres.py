@@ -29,6 +29,15 @@ Why it is built this way:
   checked its idle connections, so the store recovers by itself after an outage or a server
   restart; the retry is harmless even if the first attempt ran (a record that already bears our
   unique owner token is recognised as ours).
+* **Per-scope quota** (`max_records_per_scope`, off by default; without it a claim is the
+  one statement above). With it, a claim that may create a record runs in a short transaction:
+  `pg_advisory_xact_lock` on (table, scope) serialises the claims of one scope (other scopes
+  never wait), then one statement counts the scope's live records and tells whether this key
+  is among them, then the claim statement runs as usual. A key that is live is answered
+  whatever the count; a new one beyond the quota is refused (`QuotaExceededError`) and the
+  transaction rolled back. Four round trips instead of one, only with a quota. The count walks
+  the `(scope, expires_at)` index that `schema_sql(per_scope_index=True)` adds (`create_schema`
+  adds it for a store with a quota); without it, the primary key's scope prefix still works.
 * **Transactional mode** (`TransactionalStore`): `execution(scope, key, owner)` opens a
   transaction on a pooled connection and exposes it to the tool through `current_connection()`;
   `complete` (and `release`) called for that same claim inside the block write through the same
@@ -41,6 +50,7 @@ Why it is built this way:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -49,9 +59,16 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..errors import RecordCorruptError, RefusedError, StoreFullError, StoreUnavailableError
+from ..errors import (
+    QuotaExceededError,
+    RecordCorruptError,
+    RefusedError,
+    StoreFullError,
+    StoreUnavailableError,
+)
 from .base import Claim, Record, Status
 
 __all__ = ["PostgresStore", "current_connection"]
@@ -114,6 +131,10 @@ class PostgresStore:
         table: table name, optionally schema-qualified (`"schema.table"`).
         purge_every: run a bounded purge after every N-th successful claim; 0 disables.
         purge_limit: rows deleted at most by one opportunistic purge.
+        max_records_per_scope: live records (in progress or completed) per scope at most; a
+            claim beyond it is refused with `QuotaExceededError`, other scopes unaffected.
+            None (the default): no quota, one statement per claim. The store as a whole is
+            bounded by the database's disk (`StoreFullError` on disk full).
 
     Prefer `PostgresStore.from_url(url)`, then `await store.create_schema()` once (or put
     `PostgresStore.schema_sql()` into your migrations).
@@ -128,10 +149,14 @@ class PostgresStore:
         table: str = "idemtools_records",
         purge_every: int = 100,
         purge_limit: int = 100,
+        max_records_per_scope: int | None = None,
         _owns_pool: bool = False,
     ) -> None:
         if purge_every < 0 or purge_limit < 1:
             raise ValueError("purge_every must be >= 0 and purge_limit >= 1")
+        if max_records_per_scope is not None and max_records_per_scope < 1:
+            raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
+        self.max_records_per_scope = max_records_per_scope
         self._pool = pool
         self.table = table
         self.purge_every = purge_every
@@ -145,10 +170,13 @@ class PostgresStore:
         self._q_claim = q["claim"]
         self._q_renew = q["renew"]
         self._q_complete = q["complete"]
+        self._q_complete_late = q["complete_late"]
         self._q_complete_retry = q["complete_retry"]
         self._q_release = q["release"]
         self._q_get = q["get"]
         self._q_purge = q["purge"]
+        self._q_scope_lock = q["scope_lock"]
+        self._q_scope_count = q["scope_count"]
 
     @classmethod
     def from_url(
@@ -162,6 +190,7 @@ class PostgresStore:
         timeout: float = 5.0,
         purge_every: int = 100,
         purge_limit: int = 100,
+        max_records_per_scope: int | None = None,
         **connect_kwargs: Any,
     ) -> PostgresStore:
         """A store with its own connection pool to `url` (opened on first use, closed by aclose).
@@ -189,20 +218,60 @@ class PostgresStore:
             table=table,
             purge_every=purge_every,
             purge_limit=purge_limit,
+            max_records_per_scope=max_records_per_scope,
             _owns_pool=True,
         )
+
+    def for_lease_keeper(self) -> PostgresStore:
+        """The same table through a small pool of its own (at most 2 connections), for the lease
+        keeper's thread. Renewals therefore never wait behind the tools' transactions for a
+        connection of the main pool, however busy it is."""
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self._pool.conninfo,
+            min_size=1,
+            max_size=2,
+            kwargs=_with_autocommit(self._pool.kwargs),
+            timeout=self._pool.timeout,
+            open=False,
+            name="idemtools-lease-keeper",
+        )
+        return PostgresStore(pool, table=self.table, purge_every=0, _owns_pool=True)
 
     @property
     def pool(self) -> AsyncConnectionPool[Any]:
         return self._pool
 
+    @property
+    def description(self) -> str:
+        """Server, database and table, for the operator's log: never a password."""
+        conninfo = self._pool.conninfo
+        try:  # a conninfo callable, or one that does not parse, still names the table
+            info = conninfo_to_dict(conninfo) if isinstance(conninfo, str) else {}
+        except Exception:
+            info = {}
+        host = info.get("host") or "localhost"
+        where = f"{info.get('user', '')}@{host}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+        return f"postgresql://{where.lstrip('@')} table={self.table!r}"
+
     # -- schema ---------------------------------------------------------------------------------
 
     @staticmethod
-    def schema_sql(table: str = "idemtools_records") -> str:
-        """The DDL for the records table, for migration tools. Idempotent (IF NOT EXISTS)."""
+    def schema_sql(table: str = "idemtools_records", *, per_scope_index: bool = False) -> str:
+        """The DDL for the records table, for migration tools. Idempotent (IF NOT EXISTS).
+
+        `per_scope_index` adds the `(scope, expires_at)` index a per-scope quota counts on; it
+        costs every write a little, so only stores with a quota want it.
+        """
         ident = _table_ident(table)
         index = sql.Identifier(table.split(".")[-1] + "_expires_idx")
+        extra = ""
+        if per_scope_index:
+            scope_index = sql.Identifier(table.split(".")[-1] + "_scope_expires_idx")
+            extra = (
+                sql.SQL("CREATE INDEX IF NOT EXISTS {i} ON {t} (scope, expires_at);\n")
+                .format(t=ident, i=scope_index)
+                .as_string()
+            )
         return (
             sql.SQL(
                 """CREATE TABLE IF NOT EXISTS {t} (
@@ -220,13 +289,14 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
             )
             .format(t=ident, i=index)
             .as_string()
-        )
+        ) + extra
 
     async def create_schema(self) -> None:
-        """Create the table and its index if they do not exist (explicit, never implicit)."""
+        """Create the table and its indexes if they do not exist (explicit, never implicit)."""
+        ddl = self.schema_sql(self.table, per_scope_index=self.max_records_per_scope is not None)
 
         async def op(conn: AsyncConnection[Any], _retrying: bool) -> None:
-            await conn.execute(self.schema_sql(self.table))
+            await conn.execute(ddl)
 
         await self._run(op, None)
 
@@ -290,7 +360,11 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
                 key=key,
             ) from exc
         except psycopg.errors.DiskFull as exc:
-            raise StoreFullError(f"PostgreSQL is out of disk space: {exc}", key=key) from exc
+            # Sent to the client as is: the driver's words stay in the chained cause (the log).
+            raise StoreFullError(
+                "the idempotency store is out of disk space; new keyed calls are refused",
+                key=key,
+            ) from exc
         except psycopg.errors.UndefinedTable as exc:
             raise StoreUnavailableError(
                 f"the idempotency table {self.table!r} does not exist; run "
@@ -341,8 +415,25 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         self, scope: str, key: str, fingerprint: str, owner: str, lease: float
     ) -> Claim:
         params = {"s": _b(scope), "k": _b(key), "f": fingerprint, "o": owner, "lease": lease}
+        quota = self.max_records_per_scope
 
         async def op(conn: AsyncConnection[Any], retrying: bool) -> Claim:
+            if quota is None:
+                return await claim_on(conn, retrying)
+            async with conn.transaction():
+                await conn.execute(self._q_scope_lock, (self._scope_lock_id(scope),))
+                cur = await conn.execute(self._q_scope_count, params)
+                row = await cur.fetchone()
+                live, mine = (0, False) if row is None else row
+                if not mine and live >= quota:
+                    raise QuotaExceededError(
+                        f"this caller holds its maximum of {quota} live idempotency records; "
+                        "the call was not run",
+                        key=key,
+                    )
+                return await claim_on(conn, retrying)
+
+        async def claim_on(conn: AsyncConnection[Any], retrying: bool) -> Claim:
             for _ in range(_CLAIM_ATTEMPTS):
                 cur = await conn.execute(self._q_claim, params)
                 row = await cur.fetchone()
@@ -363,6 +454,16 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
 
         return await self._run(op, key)
 
+    def _scope_lock_id(self, scope: str) -> int:
+        """The advisory lock key of (table, scope): 64 bits of a SHA-256, as a signed bigint.
+
+        Two scopes sharing a key (2^-64) would only wait for each other, never share a count.
+        """
+        digest = hashlib.sha256(
+            b"idemtools quota\x00" + _b(self.table) + b"\x00" + _b(scope)
+        ).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
+
     async def _maybe_purge(self, conn: AsyncConnection[Any]) -> None:
         if not self.purge_every:
             return
@@ -380,7 +481,7 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         return await self._run(op, key)
 
     @staticmethod
-    async def _in_tx(tx: _Tx, query: str, params: tuple[Any, ...], key: str) -> bool:
+    async def _in_tx(tx: _Tx, query: str, params: Any, key: str) -> bool:
         """One write through the tool's transaction (inside `execution()`): no retry, since a
         broken connection loses the transaction anyway; errors propagate to the engine."""
         try:
@@ -392,16 +493,35 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         return cur.rowcount == 1
 
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool:
-        params = (outcome, retention, _b(scope), _b(key), owner)
+        params = {
+            "v": outcome,
+            "ret": retention,
+            "s": _b(scope),
+            "k": _b(key),
+            "o": owner,
+            "f": fingerprint,
+        }
+        # One statement either way: the UPDATE of our claim, or (with a fingerprint) the
+        # INSERT that also records a claim that expired and was purged meanwhile.
+        query = self._q_complete if fingerprint is None else self._q_complete_late
         tx = self._tx_for(scope, key, owner)
         if tx is not None:
-            return await self._in_tx(tx, self._q_complete, params, key)
+            return await self._in_tx(tx, query, params, key)
 
         async def op(conn: AsyncConnection[Any], retrying: bool) -> bool:
-            query = self._q_complete_retry if retrying else self._q_complete
-            cur = await conn.execute(query, params)
+            cur = await conn.execute(
+                self._q_complete_retry if retrying and fingerprint is not None else query,
+                params,
+            )
             return cur.rowcount == 1
 
         return await self._run(op, key)
@@ -463,6 +583,11 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
             await self._pool.close()
 
 
+def _with_autocommit(kwargs: Any) -> Any:
+    # psycopg_pool 3.3 also accepts a callable that builds the kwargs: that one is kept as is.
+    return {**kwargs, "autocommit": True} if isinstance(kwargs, dict) else kwargs
+
+
 def _is_connection_failure(exc: psycopg.OperationalError) -> bool:
     """True for errors that mean "this connection is dead", not "the statement failed"."""
     if isinstance(exc, psycopg.errors.AdminShutdown | psycopg.errors.CannotConnectNow):
@@ -507,16 +632,28 @@ WHERE scope = %(s)s AND key = %(k)s AND {live} AND NOT EXISTS (SELECT 1 FROM ins
             """UPDATE {t} SET expires_at = {now} + make_interval(secs => %s)
 WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {live}"""
         ),
+        # Late completion: our claim, live or expired, as long as nobody re-claimed it; with a
+        # fingerprint (never NULL from the engine) a claim that was purged is recorded anew.
+        # Without one the INSERT's NOT NULL check fails, so the UPDATE path is tried alone.
         "complete": sql.SQL(
-            """UPDATE {t} SET status = 'c', outcome = %s,
-    expires_at = {now} + make_interval(secs => %s)
-WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {live}"""
+            """UPDATE {t} SET status = 'c', outcome = %(v)s,
+    expires_at = {now} + make_interval(secs => %(ret)s)
+WHERE scope = %(s)s AND key = %(k)s AND owner = %(o)s AND status = 'p'"""
+        ),
+        "complete_late": sql.SQL(
+            """INSERT INTO {t} AS r (scope, key, status, fingerprint, owner, outcome, expires_at)
+VALUES (%(s)s, %(k)s, 'c', %(f)s, %(o)s, %(v)s, {now} + make_interval(secs => %(ret)s))
+ON CONFLICT (scope, key) DO UPDATE
+    SET status = 'c', outcome = EXCLUDED.outcome, expires_at = EXCLUDED.expires_at
+    WHERE r.owner = EXCLUDED.owner AND r.status = 'p'"""
         ),
         # A resent complete: if our own first attempt already completed it, say so.
         "complete_retry": sql.SQL(
-            """UPDATE {t} SET status = 'c', outcome = %s,
-    expires_at = {now} + make_interval(secs => %s)
-WHERE scope = %s AND key = %s AND owner = %s AND status IN ('p', 'c') AND {live}"""
+            """INSERT INTO {t} AS r (scope, key, status, fingerprint, owner, outcome, expires_at)
+VALUES (%(s)s, %(k)s, 'c', %(f)s, %(o)s, %(v)s, {now} + make_interval(secs => %(ret)s))
+ON CONFLICT (scope, key) DO UPDATE
+    SET status = 'c', outcome = EXCLUDED.outcome, expires_at = EXCLUDED.expires_at
+    WHERE r.owner = EXCLUDED.owner AND r.status IN ('p', 'c')"""
         ),
         "release": sql.SQL(
             """DELETE FROM {t}
@@ -526,6 +663,12 @@ WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {live}"""
             """SELECT status, fingerprint, owner, outcome,
        extract(epoch FROM expires_at - {now})::float8
 FROM {t} WHERE scope = %s AND key = %s AND {live}"""
+        ),
+        # Quota: serialise one scope's claims (released at COMMIT/ROLLBACK), then count.
+        "scope_lock": sql.SQL("SELECT pg_advisory_xact_lock(%s)"),
+        "scope_count": sql.SQL(
+            """SELECT count(*), coalesce(bool_or(key = %(k)s), false)
+FROM {t} WHERE scope = %(s)s AND {live}"""
         ),
         "purge": sql.SQL(
             """DELETE FROM {t} WHERE ctid = ANY(ARRAY(

@@ -21,20 +21,45 @@ Why it is built this way:
   servers or applications share one Redis database without colliding.
 * **Fencing by owner token**: renew, complete and release act only when the record is still
   in progress and still carries the caller's owner token, so a process whose lease ran out can
-  never touch a newer claim or a completed record.
+  never touch a newer claim or a completed record. `complete` alone also succeeds once the
+  lease ran out and Redis deleted the claim, if no other record took its place (late
+  completion: an outcome is lost only when a second execution already began).
 * **Failures fail closed.** Any connection error, timeout or server error becomes
   `StoreUnavailableError` chained from the driver's exception (an out-of-memory refusal becomes
   `StoreFullError`: Redis is full, and records are never dropped to make room). The client
   reconnects on the next operation, so the store recovers by itself when Redis returns.
+* **A Redis that may drop records is refused.** The first time the store reaches Redis it reads
+  `maxmemory_policy` from `INFO memory` (`CONFIG GET` is often disabled on managed Redis). Every
+  policy but `noeviction` lets Redis delete records inside their retention (`volatile-*` ones
+  too: every record has a TTL), and a retry would then run again. On such a policy keyed calls
+  are refused (`StoreUnavailableError`, logged once at ERROR) unless the operator passed
+  `allow_eviction=True` (`?allow_eviction=true` in the URL). While refused, the policy is read
+  again at most every few seconds, so fixing it on the server needs no restart.
 * **One safe retry.** An operation that failed on a broken connection is sent once more on a
   fresh one. The first attempt may or may not have run, so the retry is written to be
   harmless either way: a claim or complete that finds our own owner token already in place
   reports success (owner tokens are unique per call, so that record can only be ours).
+* **Per-scope quota** (`max_records_per_scope`, off by default): each scope has a sorted set,
+  `<prefix>q:{<scope digest>}`, of its record key names scored by when each record was last
+  known to expire. The claim script checks it in the same atomic step as the claim: while the
+  set holds fewer members than the quota, a claim costs one ZCARD and one ZADD more; at the
+  quota, members whose score has passed are looked up (PTTL of their record) and re-scored or
+  removed, and only if the scope is still at its quota is the claim refused
+  (`QuotaExceededError`). A renewal or completion re-scores its member and keeps the set alive
+  at least as long as its records (one more round trip each, only with a quota); a release
+  removes it. On Redis Cluster the record names of a
+  store with a quota carry the scope digest as a hash tag, so a scope's records and its set
+  share a slot (the script touches them together); without a quota, or on a single Redis, the
+  names are those of a store without a quota, so turning the quota on or off does not hide
+  any record there. (On Cluster it does: change it with the prefix, or after a retention.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
+import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis import exceptions as redis_errors
@@ -42,7 +67,7 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from ..errors import RecordCorruptError, StoreFullError, StoreUnavailableError
+from ..errors import QuotaExceededError, RecordCorruptError, StoreFullError, StoreUnavailableError
 from .base import Claim, Record, Status
 
 if TYPE_CHECKING:
@@ -51,6 +76,16 @@ if TYPE_CHECKING:
     from redis.asyncio.cluster import RedisCluster
 
 __all__ = ["RedisStore"]
+
+log = logging.getLogger("idemtools")
+
+_POLICY_RECHECK = 5.0
+"""Seconds between reads of `maxmemory_policy` while an evicting policy refuses keyed calls."""
+
+_EVICTION_CLIENT_MESSAGE = (
+    "the idempotency store could drop records before they expire, so keyed calls are refused "
+    "until the server operator fixes it; the call was not run"
+)
 
 T = TypeVar("T")
 
@@ -91,6 +126,49 @@ return 1
 """
 )
 
+# Quota variant of _CLAIM. KEYS[2] is the scope's sorted set (member: record key name, score:
+# its expiry as last known, server milliseconds); ARGV[4] the quota. Returns -2 when refused.
+_CLAIM_QUOTA = (
+    _READ_RECORD
+    + """
+local rec = record(KEYS[1])
+if rec then return rec end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease, quota = tonumber(ARGV[3]), tonumber(ARGV[4])
+if redis.call('ZCARD', KEYS[2]) >= quota then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, quota)
+  for _, m in ipairs(due) do
+    local ttl = redis.call('PTTL', m)
+    if ttl > 0 then
+      redis.call('ZADD', KEYS[2], now + ttl, m)
+      if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+    else
+      redis.call('ZREM', KEYS[2], m)
+    end
+  end
+  if redis.call('ZCARD', KEYS[2]) >= quota then return -2 end
+end
+redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[1], 'o', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], lease)
+redis.call('ZADD', KEYS[2], now + lease, KEYS[1])
+if redis.call('PTTL', KEYS[2]) < lease then redis.call('PEXPIRE', KEYS[2], lease) end
+return 1
+"""
+)
+
+# After a completion, with a quota: KEYS[1] the scope's set, KEYS[2] the record. Re-score the
+# record's member from its real expiry, and keep the set alive at least as long.
+_TRACK = """
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl <= 0 then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now + ttl, KEYS[2])
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+return 1
+"""
+
 _GET = (
     _READ_RECORD
     + """
@@ -108,10 +186,19 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 
-# ARGV[4] == '1' on a retry: our own earlier complete may already have landed.
+# ARGV[4] == '1' on a retry: our own earlier complete may already have landed. ARGV[5] is the
+# fingerprint, or '' when the caller gave none. Late completion: the claim's lease may have run
+# out (Redis then deleted the key): with nobody else's record in its place, the outcome is
+# recorded all the same; another owner's claim or any completed record is never overwritten.
 _COMPLETE = """
 local r = redis.pcall('HMGET', KEYS[1], 's', 'o')
 if type(r) == 'table' and r.err then return 0 end
+if not r[1] and not r[2] then
+  if ARGV[5] == '' or redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+  redis.call('HSET', KEYS[1], 's', 'c', 'f', ARGV[5], 'o', ARGV[1], 'v', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return 1
+end
 if r[2] ~= ARGV[1] then return 0 end
 if r[1] == 'c' and ARGV[4] == '1' then return 1 end
 if r[1] ~= 'p' then return 0 end
@@ -138,6 +225,23 @@ _CONNECTION_ERRORS = (
 )
 
 
+# Connection settings a pool keeps for itself (redis-py 6+): never copied into another pool.
+_POOL_PRIVATE = ("himport_registry", "maint_notifications", "orig_")
+
+
+def _policies(info: Any) -> set[str]:
+    """`maxmemory_policy` from INFO: one server's dict, or a cluster's dict per node."""
+    if not isinstance(info, dict):
+        return set()
+    if "maxmemory_policy" in info:
+        return {str(info["maxmemory_policy"])}
+    found: set[str] = set()
+    for node in info.values():
+        if isinstance(node, dict) and "maxmemory_policy" in node:
+            found.add(str(node["maxmemory_policy"]))
+    return found
+
+
 def _ms(seconds: float) -> int:
     """Seconds → whole milliseconds for PEXPIRE, never 0 (PEXPIRE 0 deletes the key)."""
     return max(1, round(seconds * 1000))
@@ -159,6 +263,15 @@ class RedisStore:
             the caller's: `aclose()` does not close it. Prefer `RedisStore.from_url`.
         prefix: prepended to every key name; give each application its own prefix when
             several share one Redis database.
+        max_records_per_scope: live records (in progress or completed) per scope at most; a
+            claim beyond it is refused with `QuotaExceededError`, other scopes unaffected.
+            None (the default): no quota, and a claim costs what it always did. The store as
+            a whole is bounded by Redis `maxmemory` (claims refused with `StoreFullError`
+            under `maxmemory-policy noeviction`).
+        allow_eviction: serve keyed calls even when Redis' `maxmemory-policy` is not
+            `noeviction`. Redis may then delete records inside their retention, and a retry of
+            an evicted key runs again. Off by default: on an evicting policy keyed calls are
+            refused with `idempotency_store_unavailable`, and the log says why.
 
     Build one with `RedisStore.from_url("redis://host:6379/0")`; records survive server
     restarts of idemtools (and of Redis when it persists, i.e. with AOF or RDB).
@@ -171,11 +284,22 @@ class RedisStore:
         client: Redis | RedisCluster,
         *,
         prefix: str = "idemtools:",
+        max_records_per_scope: int | None = None,
+        allow_eviction: bool = False,
         _owns_client: bool = False,
     ) -> None:
+        if max_records_per_scope is not None and max_records_per_scope < 1:
+            raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
         self._client = client
         self.prefix = prefix
+        self.max_records_per_scope = max_records_per_scope
+        self.allow_eviction = allow_eviction
+        self._policy_ok = False
+        self._policy_checked_at: float | None = None
+        self._policy_refusal: str | None = None
         self._prefix_bytes = prefix.encode("utf-8", "surrogatepass")
+        # Only a Cluster needs a scope's records and its quota set in one slot (hash tag).
+        self._tagged = max_records_per_scope is not None and _is_cluster(client)
         self._owns_client = _owns_client
         kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
         if kwargs.get("decode_responses"):
@@ -183,6 +307,8 @@ class RedisStore:
                 "RedisStore needs a client with decode_responses=False (outcomes are bytes)"
             )
         self._claim = _Script(_CLAIM)
+        self._claim_quota = _Script(_CLAIM_QUOTA)
+        self._track = _Script(_TRACK)
         self._renew = _Script(_RENEW)
         self._complete = _Script(_COMPLETE)
         self._release = _Script(_RELEASE)
@@ -194,6 +320,8 @@ class RedisStore:
         url: str,
         *,
         prefix: str = "idemtools:",
+        max_records_per_scope: int | None = None,
+        allow_eviction: bool = False,
         connect_timeout: float = 2.0,
         timeout: float = 5.0,
         max_connections: int | None = None,
@@ -216,7 +344,43 @@ class RedisStore:
             kwargs["max_connections"] = max_connections
         kwargs.update(client_kwargs)
         client = Redis.from_url(url, **kwargs)
-        return cls(client, prefix=prefix, _owns_client=True)
+        return cls(
+            client,
+            prefix=prefix,
+            max_records_per_scope=max_records_per_scope,
+            allow_eviction=allow_eviction,
+            _owns_client=True,
+        )
+
+    def for_lease_keeper(self) -> RedisStore | None:
+        """A store on the same records with a small client of its own, for the lease keeper's
+        thread (a redis-py asyncio client belongs to the event loop that first used it).
+
+        Built from this client's connection settings; None for a `RedisCluster`, whose
+        renewals then go through the server's own event loop (see `idemtools.lease_keeper`).
+        """
+        pool = getattr(self._client, "connection_pool", None)
+        if not isinstance(self._client, Redis) or pool is None:
+            return None
+        settings = {
+            name: value
+            for name, value in pool.connection_kwargs.items()
+            if not name.startswith(_POOL_PRIVATE)  # bound to the original pool
+        }
+        keeper_pool = type(pool)(
+            connection_class=pool.connection_class, max_connections=4, **settings
+        )
+        client = Redis(connection_pool=keeper_pool)
+        keeper = RedisStore(
+            client,
+            prefix=self.prefix,
+            max_records_per_scope=self.max_records_per_scope,
+            allow_eviction=self.allow_eviction,
+            _owns_client=True,
+        )
+        # It only renews claims this store made, after this store checked the eviction policy.
+        keeper._policy_ok = True
+        return keeper
 
     @property
     def client(self) -> Redis | RedisCluster:
@@ -224,17 +388,108 @@ class RedisStore:
         return self._client
 
     def key_name(self, scope: str, key: str) -> bytes:
-        """The Redis key of a record: prefix + SHA-256 of the length-prefixed scope and key."""
+        """The Redis key of a record: prefix + SHA-256 of the length-prefixed scope and key.
+
+        On Redis Cluster with a quota, the scope's hash tag (see `quota_name`) comes between.
+        """
         s = scope.encode("utf-8", "surrogatepass")
         k = key.encode("utf-8", "surrogatepass")
         digest = hashlib.sha256(b"%d:" % len(s) + s + k).hexdigest()
+        if self._tagged:
+            return self._prefix_bytes + b"{" + _scope_tag(s) + b"}" + digest.encode("ascii")
         return self._prefix_bytes + digest.encode("ascii")
 
+    def quota_name(self, scope: str) -> bytes:
+        """The Redis key of a scope's quota set: prefix + "q:{" + scope digest + "}"."""
+        return (
+            self._prefix_bytes + b"q:{" + _scope_tag(scope.encode("utf-8", "surrogatepass")) + b"}"
+        )
+
+    @property
+    def description(self) -> str:
+        """Where the records live, safe for logs: host, port and database, never a password."""
+        kwargs = getattr(getattr(self._client, "connection_pool", None), "connection_kwargs", {})
+        if "path" in kwargs:
+            where = f"unix://{kwargs['path']}"
+        elif "host" in kwargs:
+            where = f"redis://{kwargs['host']}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+        else:
+            where = type(self._client).__name__
+        return f"{where} prefix={self.prefix!r}"
+
     # -- plumbing -------------------------------------------------------------------------------
+
+    async def _check_policy(self, key: str) -> None:
+        """Refuse keyed calls on a Redis whose `maxmemory-policy` may evict our records.
+
+        Read once, when the store first reaches Redis; while refused, again at most every
+        `_POLICY_RECHECK` seconds. Connection errors propagate (the store is then unavailable,
+        and the policy is read on the next operation).
+        """
+        now = time.monotonic()
+        if (
+            self._policy_refusal is not None
+            and self._policy_checked_at is not None
+            and now - self._policy_checked_at < _POLICY_RECHECK
+        ):
+            raise self._eviction_error(key)
+        self._policy_checked_at = now
+        try:
+            info = await self._client.info("memory")
+        except redis_errors.ResponseError as exc:  # INFO renamed or denied by an ACL
+            policies: set[str] = set()
+            unreadable = f"INFO memory failed ({exc})"
+        else:
+            policies = _policies(info)
+            unreadable = "INFO memory has no maxmemory_policy" if not policies else ""
+        evicting = sorted(p for p in policies if p != "noeviction")
+        if not evicting and not unreadable:
+            if self._policy_refusal is not None:
+                log.warning(
+                    "Redis store %s: maxmemory-policy is now noeviction; keyed calls "
+                    "are served again",
+                    self.description,
+                )
+            self._policy_ok, self._policy_refusal = True, None
+            return
+        why = (
+            f"maxmemory-policy is {', '.join(evicting)}: Redis may delete idempotency records "
+            "before their retention ends, and a retry would then run the tool again"
+            if evicting
+            else f"cannot tell whether Redis may evict records: {unreadable}"
+        )
+        if self.allow_eviction:
+            log.warning(
+                "Redis store %s: %s; served anyway because allow_eviction=True",
+                self.description,
+                why,
+            )
+            self._policy_ok = True
+            return
+        if self._policy_refusal is None:
+            log.error(
+                "Redis store %s refuses keyed calls: %s. Set `maxmemory-policy noeviction` on "
+                "the Redis server (a full Redis then answers idempotency_store_full instead of "
+                "forgetting records), or accept the risk with allow_eviction=True "
+                "(?allow_eviction=true in the store URL)",
+                self.description,
+                why,
+            )
+        self._policy_refusal = why
+        raise self._eviction_error(key)
+
+    def _eviction_error(self, key: str) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"Redis store {self.description} refuses keyed calls: {self._policy_refusal}",
+            key=key,
+            client_message=_EVICTION_CLIENT_MESSAGE,
+        )
 
     async def _call(self, op: Callable[[bool], Awaitable[T]], key: str) -> T:
         """Run `op(retrying)`; retry once on a broken connection; map failures to our errors."""
         try:
+            if not self._policy_ok:
+                await self._check_policy(key)
             try:
                 return await op(False)
             except _CONNECTION_ERRORS:
@@ -243,7 +498,8 @@ class RedisStore:
                 # `connect_timeout`.
                 return await op(True)
         except redis_errors.ResponseError as exc:
-            if str(exc).startswith("OOM"):
+            # redis-py strips the "OOM" prefix when it maps the reply to OutOfMemoryError.
+            if isinstance(exc, redis_errors.OutOfMemoryError) or str(exc).startswith("OOM"):
                 raise StoreFullError(
                     "Redis is out of memory (maxmemory reached); new keyed calls are refused "
                     "until records expire",
@@ -264,6 +520,16 @@ class RedisStore:
         except redis_errors.NoScriptError:
             await self._client.script_load(script.text)
             return await self._client.evalsha(script.sha, 1, name, *args)
+
+    async def _eval2(
+        self, script: _Script, names: tuple[bytes, bytes], *args: bytes | str | int
+    ) -> Any:
+        """`_eval` for the quota scripts, which touch two keys (of one slot on a Cluster)."""
+        try:
+            return await self._client.evalsha(script.sha, 2, *names, *args)
+        except redis_errors.NoScriptError:
+            await self._client.script_load(script.text)
+            return await self._client.evalsha(script.sha, 2, *names, *args)
 
     @staticmethod
     def _record(reply: Any, key: str) -> Record:
@@ -307,9 +573,21 @@ class RedisStore:
         self, scope: str, key: str, fingerprint: str, owner: str, lease: float
     ) -> Claim:
         name = self.key_name(scope, key)
+        quota = self.max_records_per_scope
+        names = (name, self.quota_name(scope)) if quota is not None else None
 
         async def op(retrying: bool) -> Claim:
-            reply = await self._eval(self._claim, name, fingerprint, owner, _ms(lease))
+            if names is None:
+                reply = await self._eval(self._claim, name, fingerprint, owner, _ms(lease))
+            else:
+                args = (fingerprint, owner, _ms(lease), quota or 0)
+                reply = await self._eval2(self._claim_quota, names, *args)
+                if reply == -2:
+                    raise QuotaExceededError(
+                        f"this caller holds its maximum of {quota} live idempotency records; "
+                        "the call was not run",
+                        key=key,
+                    )
             if reply == 1:
                 return Claim(claimed=True)
             record = self._record(reply, key)
@@ -325,18 +603,44 @@ class RedisStore:
         async def op(_retrying: bool) -> bool:
             return bool(await self._eval(self._renew, name, owner, _ms(lease)))
 
-        return await self._call(op, key)
+        held = await self._call(op, key)
+        if held and self.max_records_per_scope is not None:
+            await self._track_quota(scope, name)
+        return held
 
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool:
         name = self.key_name(scope, key)
 
         async def op(retrying: bool) -> bool:
-            args = (owner, outcome, _ms(retention), int(retrying))
+            args = (owner, outcome, _ms(retention), int(retrying), fingerprint or "")
             return bool(await self._eval(self._complete, name, *args))
 
-        return await self._call(op, key)
+        done = await self._call(op, key)
+        if done and self.max_records_per_scope is not None:
+            await self._track_quota(scope, name)
+        return done
+
+    async def _track_quota(self, scope: str, name: bytes) -> None:
+        """Re-score a renewed or completed record in its scope's quota set (only with a quota).
+
+        The set must live at least as long as its records, or a quiet scope would lose its
+        count and start afresh while its records still live. Its own round trip, after the
+        renewal or completion, so those scripts are untouched by quotas. A failure here is not
+        theirs (the lease was extended, the outcome recorded), so it is swallowed; the member
+        is then re-scored by the next claim that finds the scope at its quota, while the set
+        lives (at least until the lease it was given before).
+        """
+        with contextlib.suppress(redis_errors.RedisError, *_CONNECTION_ERRORS):
+            await self._eval2(self._track, (self.quota_name(scope), name))
 
     async def release(self, scope: str, key: str, owner: str) -> bool:
         name = self.key_name(scope, key)
@@ -344,7 +648,12 @@ class RedisStore:
         async def op(_retrying: bool) -> bool:
             return bool(await self._eval(self._release, name, owner))
 
-        return await self._call(op, key)
+        released = await self._call(op, key)
+        if released and self.max_records_per_scope is not None:
+            # The released record stops counting now, not when its lease would have ended.
+            with contextlib.suppress(redis_errors.RedisError, *_CONNECTION_ERRORS):
+                await self._client.zrem(self.quota_name(scope), name)
+        return released
 
     async def get(self, scope: str, key: str) -> Record | None:
         name = self.key_name(scope, key)
@@ -361,6 +670,19 @@ class RedisStore:
         """Close the client if this store created it (`from_url`); a passed-in one stays open."""
         if self._owns_client:
             await self._client.aclose()
+
+
+def _scope_tag(scope: bytes) -> bytes:
+    """32 hex digits naming a scope: its quota set's hash tag (and its records', on Cluster)."""
+    return hashlib.sha256(b"scope:" + scope).hexdigest()[:32].encode("ascii")
+
+
+def _is_cluster(client: object) -> bool:
+    try:
+        from redis.asyncio.cluster import RedisCluster
+    except ImportError:  # pragma: no cover - every redis-py with asyncio has it
+        return False
+    return isinstance(client, RedisCluster)
 
 
 def _corrupt(key: str, why: str) -> RecordCorruptError:

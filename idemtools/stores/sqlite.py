@@ -60,10 +60,28 @@ transaction), for a periodic maintenance task.
 
 Capacity
 --------
-With `max_records`, a claim that would create a record while `max_records` live (unexpired)
-records exist is refused with `StoreFullError`; live records are never deleted to make room.
-Counting live records walks the `expires` index (O(live records)) inside the claim's
-transaction; `max_records=None` (the default) skips it.
+Every claim that would create a record checks, inside its BEGIN IMMEDIATE transaction:
+
+* `max_records_per_scope` (default None: no quota): live records of the claim's scope, counted
+  on the ``(scope, expires)`` index that a store with a quota creates; a claim beyond it is
+  refused with `QuotaExceededError`, other scopes unaffected;
+* `max_records` (default None): live records in the file (walks the `expires` index,
+  O(live records); None skips it);
+* `max_bytes` (default 1 GiB): the estimated bytes of the rows in the file. Each row counts its
+  scope and key twice (the table and the primary-key index), its fingerprint, owner and
+  outcome, plus `RECORD_OVERHEAD` bytes (row and index headers, the `expires` index entry).
+  The total is kept in a one-row table, ``idemtools_usage``, by triggers on the records table,
+  so it is O(1) to read and every writer (another process, another version) is accounted for;
+  each connection recounts it from the rows when it opens, so it cannot drift for long.
+  Expired rows still on disk count until deleted; when the total would exceed the budget the
+  claim first deletes expired rows (in `cleanup_batch` chunks, as many as it takes), so only
+  live records can make the store full.
+
+None of them is ever met by deleting a live record: the claim is refused with
+`StoreFullError`. An outcome's size is known only at `complete`, after the tool ran; refusing it
+then would let a retry run the tool again, so `complete` always records, and may take the file
+over `max_bytes` by the outcomes of the calls in flight at that moment. New claims are refused
+until expiry brings the total under the budget again.
 
 Errors
 ------
@@ -86,14 +104,28 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 
-from ..errors import StoreFullError, StoreUnavailableError
+from ..errors import QuotaExceededError, RefusedError, StoreFullError, StoreUnavailableError
 from .base import Claim, Record, Status
 
-__all__ = ["SQLiteStore"]
+__all__ = ["RECORD_OVERHEAD", "SQLiteStore"]
 
 T = TypeVar("T")
 
 _TABLE = "idemtools_records"
+_USAGE = "idemtools_usage"
+
+RECORD_OVERHEAD = 96
+"""Bytes counted per row besides its own data (see Capacity in the module docstring)."""
+
+
+def _row_bytes(row: str) -> str:
+    """SQL for the bytes a row counts; `row` is NEW or OLD in a trigger, or the table."""
+    return (
+        f"(2 * (length({row}.scope) + length({row}.key)) + length(CAST({row}.fingerprint AS BLOB))"
+        f" + length(CAST({row}.owner AS BLOB)) + coalesce(length({row}.outcome), 0)"
+        f" + {RECORD_OVERHEAD})"
+    )
+
 
 _SCHEMA = (
     f"""
@@ -109,7 +141,34 @@ _SCHEMA = (
     )
     """,
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_expires ON {_TABLE} (expires)",
+    # Byte accounting: one row holding the estimated bytes of every record row, kept by
+    # triggers (renewals change only `expires`, so they fire none).
+    f"CREATE TABLE IF NOT EXISTS {_USAGE} "
+    "(id INTEGER PRIMARY KEY CHECK (id = 1), bytes INTEGER NOT NULL)",
+    f"INSERT OR IGNORE INTO {_USAGE} (id, bytes) VALUES (1, 0)",
+    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes_insert AFTER INSERT ON {_TABLE} BEGIN "
+    f"UPDATE {_USAGE} SET bytes = bytes + {_row_bytes('NEW')} WHERE id = 1; END",
+    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes_delete AFTER DELETE ON {_TABLE} BEGIN "
+    f"UPDATE {_USAGE} SET bytes = bytes - {_row_bytes('OLD')} WHERE id = 1; END",
+    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes_update "
+    f"AFTER UPDATE OF scope, key, fingerprint, owner, outcome ON {_TABLE} BEGIN "
+    f"UPDATE {_USAGE} SET bytes = bytes + {_row_bytes('NEW')} - {_row_bytes('OLD')} "
+    "WHERE id = 1; END",
+    # Recount on every connect: a file written by hand (or a REPLACE from a connection without
+    # recursive_triggers) can never leave the total wrong for longer than one process start.
+    f"UPDATE {_USAGE} SET bytes = "
+    f"(SELECT coalesce(sum({_row_bytes(_TABLE)}), 0) FROM {_TABLE}) WHERE id = 1",
 )
+
+_SCOPE_INDEX = f"CREATE INDEX IF NOT EXISTS {_TABLE}_scope_expires ON {_TABLE} (scope, expires)"
+"""Created only by a store with a per-scope quota: it makes the quota's count an index range."""
+
+
+def _size(scope: bytes, key: bytes, fingerprint: str, owner: str) -> int:
+    """The bytes an in-progress row counts: `_row_bytes` in Python."""
+    fp, ow = _b(fingerprint), _b(owner)
+    return 2 * (len(scope) + len(key)) + len(fp) + len(ow) + RECORD_OVERHEAD
+
 
 _SELECT = (
     f"SELECT status, fingerprint, owner, expires, outcome FROM {_TABLE} "
@@ -132,7 +191,13 @@ class SQLiteStore:
         path: the database file (created if missing; its directory must exist). ``":memory:"``
             works for experiments but is neither durable nor shared.
         max_records: live records at most; a claim beyond it is refused (`StoreFullError`),
-            never evicted. None: unbounded.
+            never evicted. None (the default): no record count; `max_bytes` bounds the file.
+        max_bytes: estimated bytes of the rows in the file (see Capacity in the module
+            docstring; default 1 GiB); a claim beyond it is refused (`StoreFullError`).
+            Completion is never refused, so in-flight calls may take the total slightly over.
+        max_records_per_scope: live records (in progress or completed) per scope at most; a
+            claim beyond it is refused with `QuotaExceededError`, other scopes unaffected.
+            None (the default): no quota.
         clock: wall-clock seconds (default `time.time`); inject a fake to test expiry.
         busy_timeout: seconds to wait for another connection's write lock before failing with
             `StoreUnavailableError`.
@@ -146,18 +211,26 @@ class SQLiteStore:
         path: str | os.PathLike[str],
         *,
         max_records: int | None = None,
+        max_bytes: int = 1 << 30,
+        max_records_per_scope: int | None = None,
         clock: Callable[[], float] = time.time,
         busy_timeout: float = 5.0,
         cleanup_batch: int = 100,
     ) -> None:
         if max_records is not None and max_records < 1:
             raise ValueError("max_records must be at least 1 (or None for unbounded)")
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1")
+        if max_records_per_scope is not None and max_records_per_scope < 1:
+            raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
         if busy_timeout < 0:
             raise ValueError("busy_timeout must not be negative")
         if cleanup_batch < 1:
             raise ValueError("cleanup_batch must be at least 1")
         self.path = os.fspath(path)
         self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.max_records_per_scope = max_records_per_scope
         self.busy_timeout = busy_timeout
         self.cleanup_batch = cleanup_batch
         self._clock = clock
@@ -167,7 +240,15 @@ class SQLiteStore:
         self._limiter: anyio.CapacityLimiter | None = None
 
     def __repr__(self) -> str:
-        return f"SQLiteStore({self.path!r}, max_records={self.max_records!r})"
+        return (
+            f"SQLiteStore({self.path!r}, max_records={self.max_records!r}, "
+            f"max_bytes={self.max_bytes!r}, max_records_per_scope={self.max_records_per_scope!r})"
+        )
+
+    @property
+    def description(self) -> str:
+        """The database file, for the operator's log (never sent to clients)."""
+        return self.path
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -180,12 +261,17 @@ class SQLiteStore:
         )
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            # A REPLACE (claim over an expired row) deletes that row; only with recursive
+            # triggers does the deletion fire the byte-accounting trigger.
+            conn.execute("PRAGMA recursive_triggers = ON")
             # WAL lets readers run beside the one writer; the mode is stored in the file, so
             # only the first connection ever changes it (":memory:" answers "memory").
             self._enter_wal(conn)
             conn.execute("BEGIN IMMEDIATE")
             for statement in _SCHEMA:
                 conn.execute(statement)
+            if self.max_records_per_scope is not None:
+                conn.execute(_SCOPE_INDEX)
             conn.execute("COMMIT")
         except BaseException:
             conn.close()
@@ -284,21 +370,15 @@ class SQLiteStore:
     ) -> Claim:
         s, k = _b(scope), _b(key)
 
-        def op(conn: sqlite3.Connection, now: float) -> Claim | StoreFullError:
+        def op(conn: sqlite3.Connection, now: float) -> Claim | RefusedError:
             row = conn.execute(_SELECT, (s, k, now)).fetchone()
             if row is not None:
                 return Claim(claimed=False, existing=self._record(row, now))
             self._delete_expired(conn, now)
-            if self.max_records is not None:
-                (live,) = conn.execute(
-                    f"SELECT count(*) FROM {_TABLE} WHERE expires > ?", (now,)
-                ).fetchone()
-                if live >= self.max_records:
-                    # Returned, not raised: the expired rows deleted above are still committed.
-                    return StoreFullError(
-                        f"SQLite store holds its maximum of {self.max_records} live records",
-                        key=key,
-                    )
+            # Refusals are returned, not raised: the expired rows deleted above stay committed.
+            refused = self._refusal(conn, now, s, _size(s, k, fingerprint, owner), key)
+            if refused is not None:
+                return refused
             conn.execute(
                 f"INSERT OR REPLACE INTO {_TABLE} "
                 "(scope, key, status, fingerprint, owner, expires, outcome) "
@@ -308,9 +388,55 @@ class SQLiteStore:
             return Claim(claimed=True)
 
         result = await self._run(self._write(op))
-        if isinstance(result, StoreFullError):
+        if isinstance(result, RefusedError):
             raise result
         return result
+
+    def _refusal(
+        self, conn: sqlite3.Connection, now: float, scope: bytes, size: int, key: str
+    ) -> RefusedError | None:
+        """Why a new record of `size` bytes in `scope` may not be created now, if it may not.
+
+        The quota comes first: a caller over its own quota is told so, whatever the state of
+        the store as a whole. Runs inside the claim's write transaction, so the answer holds
+        until the record is inserted.
+        """
+        quota = self.max_records_per_scope
+        if quota is not None:
+            (mine,) = conn.execute(
+                f"SELECT count(*) FROM {_TABLE} WHERE scope = ? AND expires > ?", (scope, now)
+            ).fetchone()
+            if mine >= quota:
+                return QuotaExceededError(
+                    f"this caller holds its maximum of {quota} live idempotency records; the "
+                    "call was not run",
+                    key=key,
+                )
+        if self.max_records is not None:
+            (live,) = conn.execute(
+                f"SELECT count(*) FROM {_TABLE} WHERE expires > ?", (now,)
+            ).fetchone()
+            if live >= self.max_records:
+                return StoreFullError(
+                    f"SQLite store holds its maximum of {self.max_records} live records",
+                    key=key,
+                )
+        used = self._bytes(conn)
+        # Over budget: expired rows still count until deleted, so delete them first (as many
+        # as it takes; each row is deleted once, so the work is paid for by the claims that
+        # wrote them).
+        while used + size > self.max_bytes and self._delete_expired(conn, now):
+            used = self._bytes(conn)
+        if used + size > self.max_bytes:
+            return StoreFullError(
+                f"SQLite store holds its maximum of {self.max_bytes} bytes of records", key=key
+            )
+        return None
+
+    @staticmethod
+    def _bytes(conn: sqlite3.Connection) -> int:
+        (used,) = conn.execute(f"SELECT bytes FROM {_USAGE} WHERE id = 1").fetchone()
+        return int(used)
 
     async def renew(self, scope: str, key: str, owner: str, lease: float) -> bool:
         s, k = _b(scope), _b(key)
@@ -324,14 +450,32 @@ class SQLiteStore:
         return await self._run(self._write(op))
 
     async def complete(
-        self, scope: str, key: str, owner: str, outcome: bytes, retention: float
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
     ) -> bool:
         s, k, data = _b(scope), _b(key), bytes(outcome)
 
         def op(conn: sqlite3.Connection, now: float) -> bool:
+            # Late completion: our claim, live or expired, as long as nobody re-claimed it.
             cur = conn.execute(
-                f"UPDATE {_TABLE} SET status = 'completed', outcome = ?, expires = ? WHERE {_HELD}",
-                (data, now + retention, s, k, owner, now),
+                f"UPDATE {_TABLE} SET status = 'completed', outcome = ?, expires = ? "
+                "WHERE scope = ? AND key = ? AND owner = ? AND status = 'in_progress'",
+                (data, now + retention, s, k, owner),
+            )
+            if cur.rowcount == 1 or fingerprint is None:
+                return cur.rowcount == 1
+            # Our expired claim was deleted by a cleanup: record it anew unless a row exists.
+            cur = conn.execute(
+                f"INSERT OR IGNORE INTO {_TABLE} "
+                "(scope, key, status, fingerprint, owner, expires, outcome) "
+                "VALUES (?, ?, 'completed', ?, ?, ?, ?)",
+                (s, k, fingerprint, owner, now + retention, data),
             )
             return cur.rowcount == 1
 
@@ -355,6 +499,19 @@ class SQLiteStore:
             return None if row is None else self._record(row, now)
 
         return await self._run(op)
+
+    def for_lease_keeper(self) -> SQLiteStore:
+        """The same file through a connection of its own, for the lease keeper's thread (this
+        store's worker limiter belongs to the event loop that first used it)."""
+        return SQLiteStore(
+            self.path,
+            max_records=self.max_records,
+            clock=self._clock,
+            busy_timeout=self.busy_timeout,
+            cleanup_batch=self.cleanup_batch,
+            max_bytes=self.max_bytes,
+            max_records_per_scope=self.max_records_per_scope,
+        )
 
     async def aclose(self) -> None:
         """Close the connection; later operations raise `StoreUnavailableError`. Idempotent."""

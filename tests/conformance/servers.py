@@ -35,8 +35,11 @@ def lowlevel() -> None:
     idemtools.install(server)
 
     async def serve() -> None:
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+        # A low-level server driven by hand declares its local transport (idemtools does this
+        # itself only for the SDKs' own stdio entry points).
+        with idemtools.local_transport("stdio"):
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
 
     anyio.run(serve)
 

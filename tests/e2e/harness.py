@@ -63,17 +63,29 @@ class App:
         return sum(1 for name, _ in self.runs if name == tool)
 
 
+class SubjectToken(AccessToken):
+    """mcp < 1.30 has no `subject`/`claims` on `AccessToken`: a verifier there adds them
+    (idemtools never scopes by the client id in their place)."""
+
+    subject: str | None = None
+    claims: dict[str, Any] | None = None
+
+
 class Verifier:
-    """A token verifier: `tok-<who>` is a valid token for client `client-<who>`."""
+    """A token verifier: `tok-<who>` is a valid token of subject `user-<who>`, client
+    `client-<who>`."""
 
     async def verify_token(self, token: str) -> Any:
         if not token.startswith("tok-"):
             return None
         who = token[4:]
-        extra: dict[str, Any] = {}
-        if "subject" in AccessToken.model_fields:  # mcp >= 1.30 / 2.x carry subject and claims
-            extra = {"subject": f"user-{who}", "claims": {"iss": "https://issuer.test"}}
-        return AccessToken(token=token, client_id=f"client-{who}", scopes=["mcp"], **extra)
+        return SubjectToken(
+            token=token,
+            client_id=f"client-{who}",
+            scopes=["mcp"],
+            subject=f"user-{who}",
+            claims={"iss": "https://issuer.test"},
+        )
 
 
 def make_app(
@@ -199,6 +211,15 @@ class MemoryWire:
 @contextlib.asynccontextmanager
 async def memory_wire(app: App) -> AsyncIterator[MemoryWire]:
     lowlevel = lowlevel_of(app.server)
+    # A raw stream pair is no transport idemtools can recognise: declare it local (the tests'
+    # by_auth_subject tools then scope by the local user, as over stdio).
+    with idemtools.local_transport("memory"):
+        async with _memory_wire(app, lowlevel) as wire:
+            yield wire
+
+
+@contextlib.asynccontextmanager
+async def _memory_wire(app: App, lowlevel: Any) -> AsyncIterator[MemoryWire]:
     async with (
         create_client_server_memory_streams() as ((c_read, c_write), (s_read, s_write)),
         anyio.create_task_group() as tg,

@@ -64,3 +64,22 @@ async def test_input_required_is_not_recorded_and_continuations_pass_through() -
         ("confirm", True),
         ("confirm", False),
     ]
+
+
+@pytest.mark.parametrize("field", ["requestState", "inputResponses"])
+async def test_null_continuation_fields_count_as_absent(field: str) -> None:
+    # semantics.md: only a non-null requestState / inputResponses makes a continuation; a
+    # present-but-null one is a first round like any other, and the keyed retry replays.
+    app = make_app(auth=True, stateless=True)
+    with serve_http(app, stateless=True) as url:
+        async with http_wire(url, MODERN, token="tok-alice") as wire:
+            params = {
+                "name": "charge",
+                "arguments": {"amount": 3},
+                "idempotencyKey": f"k-null-{field}",
+                field: None,
+            }
+            first = await wire.call(params)
+            again = await wire.call(params)
+    assert first["result"]["content"] == again["result"]["content"]
+    assert app.count("charge") == 1

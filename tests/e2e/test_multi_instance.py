@@ -144,14 +144,9 @@ def _stop(instance: Instance) -> None:
 
 def _scope_hash(caller: str) -> str:
     """The scope the example's `by_auth_subject` gives `Bearer demo-<caller>`, as stored."""
-    from mcp.server.auth.provider import AccessToken
-
     from idemtools.scopes import AuthInfo, CallContext, by_auth_subject
 
-    if "subject" in AccessToken.model_fields:  # mcp >= 1.30: the example sets subject + iss
-        auth = AuthInfo(issuer=ISSUER, subject=caller, client_id=f"demo-{caller}")
-    else:
-        auth = AuthInfo(client_id=f"demo-{caller}")
+    auth = AuthInfo(issuer=ISSUER, subject=caller, client_id=f"demo-{caller}")
     value = by_auth_subject(CallContext(transport="http", auth=auth))
     return hashlib.sha256(value.encode()).hexdigest()
 

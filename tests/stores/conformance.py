@@ -3,17 +3,20 @@
 How to run it against a store (the pattern of cachetools' `CacheTestMixin`)::
 
     class TestMyStore(StoreConformance):
-        async def make_store(self, clock, *, max_records=None):
-            return MyStore(..., clock=clock, max_records=max_records)
+        async def make_store(self, clock, *, max_records=None, max_bytes=None,
+                             max_records_per_scope=None):
+            return MyStore(..., clock=clock, max_records=max_records, ...)
 
 The whole interface a subclass may touch:
 
-``async make_store(clock, *, max_records=None) -> Store``  (required)
-    Return a fresh, *empty* store. `clock` is a `FakeClock` (a zero-argument callable returning
-    seconds) that the suite moves with `advance`; pass it to stores that take one. Stores whose
-    expiry is driven by a server (Redis TTLs, PostgreSQL ``now()``) ignore it. `max_records`
-    (None: the store's own default, large enough for every test) bounds the live records;
-    a store that cannot be bounded should ``pytest.skip`` when it is given. The suite closes
+``async make_store(clock, *, max_records=None, max_bytes=None, max_records_per_scope=None)``
+    (required) Return a fresh, *empty* store. `clock` is a `FakeClock` (a zero-argument callable
+    returning seconds) that the suite moves with `advance`; pass it to stores that take one.
+    Stores whose expiry is driven by a server (Redis TTLs, PostgreSQL ``now()``) ignore it.
+    `max_records` (None: the store's own default, large enough for every test) bounds the live
+    records, `max_bytes` the bytes of records held (outcomes plus the store's per-record
+    estimate), `max_records_per_scope` the live records of each scope (the per-caller quota);
+    a store that has no such bound should ``pytest.skip`` when it is given. The suite closes
     every store it made (``aclose``) when the test ends. `self.tmp_path` is a per-test
     temporary directory, for stores that need files.
 
@@ -44,7 +47,7 @@ import anyio
 import orjson
 import pytest
 
-from idemtools.errors import StoreFullError
+from idemtools.errors import QuotaExceededError, StoreFullError
 from idemtools.stores.base import Claim, Record, Status, Store
 
 __all__ = ["FakeClock", "StoreConformance"]
@@ -125,7 +128,14 @@ class StoreConformance:
 
     # -- the interface for subclasses ------------------------------------------------------
 
-    async def make_store(self, clock: FakeClock, *, max_records: int | None = None) -> Store:
+    async def make_store(
+        self,
+        clock: FakeClock,
+        *,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+        max_records_per_scope: int | None = None,
+    ) -> Store:
         raise NotImplementedError
 
     async def advance(self, seconds: float) -> None:
@@ -146,8 +156,19 @@ class StoreConformance:
         for store in reversed(self._opened):
             await store.aclose()
 
-    async def open(self, *, max_records: int | None = None) -> Store:
-        store = await self.make_store(self.clock, max_records=max_records)
+    async def open(
+        self,
+        *,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+        max_records_per_scope: int | None = None,
+    ) -> Store:
+        store = await self.make_store(
+            self.clock,
+            max_records=max_records,
+            max_bytes=max_bytes,
+            max_records_per_scope=max_records_per_scope,
+        )
         self._opened.append(store)
         return store
 
@@ -290,11 +311,89 @@ class StoreConformance:
         store = await self.open()
         await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
         await self.advance(self.LEASE * 1.5)
-        # Nobody re-claimed, but the lease is over: the claim is gone, not revivable.
+        # Nobody re-claimed, but the lease is over: the claim cannot be renewed or released.
         assert await store.renew(SCOPE, "k", "o1", self.LEASE) is False
-        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION) is False
         assert await store.release(SCOPE, "k", "o1") is False
         assert await store.get(SCOPE, "k") is None
+
+    # -- late completion (semantics.md, Fencing) -------------------------------------------
+
+    async def test_late_completion_records_when_nobody_claimed(self) -> None:
+        # A tool that blocked past its lease: its outcome is still recorded, then replayed.
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        await self.advance(self.LEASE * 1.5)
+        assert await store.get(SCOPE, "k") is None  # the lease ran out...
+        ok = await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION, fingerprint=FP1)
+        assert ok is True  # ...but nobody else claimed, so the outcome is kept
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert (record.status, record.fingerprint, record.owner, record.outcome) == (
+            Status.COMPLETED,
+            FP1,
+            "o1",
+            OUTCOME,
+        )
+        self.assert_remaining(record, self.RETENTION)
+        replay = await store.claim(SCOPE, "k", FP1, "o2", self.LEASE)
+        assert replay.claimed is False and replay.existing is not None
+        assert replay.existing.outcome == OUTCOME
+
+    async def test_late_completion_long_after_the_lease(self) -> None:
+        # Long enough for every store to have forgotten the expired claim entirely.
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        await self._fill_expired_and_purge(store)
+        ok = await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION, fingerprint=FP1)
+        assert ok is True
+        record = await store.get(SCOPE, "k")
+        assert record is not None and record.status is Status.COMPLETED
+        assert record.fingerprint == FP1
+
+    async def _fill_expired_and_purge(self, store: Store) -> None:
+        await self.advance(self.LEASE * 3)
+        # Claims of other keys give stores that clean up lazily (on writes) their chance.
+        for i in range(3):
+            assert (await store.claim(SCOPE, f"other{i}", FP1, f"x{i}", self.LEASE)).claimed
+        purge = getattr(store, "purge_expired", None)
+        if purge is not None:
+            await purge()
+
+    async def test_late_completion_refused_after_another_claim(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "late", self.LEASE)
+        await self.advance(self.LEASE * 1.5)
+        assert (await store.claim(SCOPE, "k", FP1, "second", self.LEASE)).claimed
+        # A second execution began: the late owner's outcome must not replace its claim.
+        late = await store.complete(SCOPE, "k", "late", b'{"late":1}', self.LONG, fingerprint=FP1)
+        assert late is False
+        await self.in_progress(store, "k", "second")
+        assert await store.complete(SCOPE, "k", "second", OUTCOME, self.RETENTION, fingerprint=FP1)
+        late = await store.complete(SCOPE, "k", "late", b'{"late":1}', self.LONG, fingerprint=FP1)
+        assert late is False
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert (record.owner, record.outcome) == ("second", OUTCOME)
+
+    async def test_late_completion_refused_after_expired_other_claim(self) -> None:
+        # Another owner claimed after our lease ran out, and its own lease ran out too: a
+        # second execution began, so the first owner's late outcome is refused.
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "first", self.LEASE)
+        await self.advance(self.LEASE * 1.5)
+        assert (await store.claim(SCOPE, "k", FP1, "second", self.LEASE)).claimed
+        await self.advance(self.LEASE * 0.5)
+        late = await store.complete(SCOPE, "k", "first", OUTCOME, self.RETENTION, fingerprint=FP1)
+        assert late is False
+
+    async def test_complete_twice_keeps_the_first_outcome(self) -> None:
+        store = await self.open()
+        await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION, fingerprint=FP1)
+        again = await store.complete(SCOPE, "k", "o1", b'{"x":2}', self.LONG, fingerprint=FP1)
+        assert again is False
+        record = await store.get(SCOPE, "k")
+        assert record is not None and record.outcome == OUTCOME
 
     # -- time ------------------------------------------------------------------------------
 
@@ -433,6 +532,133 @@ class StoreConformance:
         assert await store.release(SCOPE, "k0", "o0")
         assert (await store.claim(SCOPE, "new", FP1, "on", self.LEASE)).claimed
         await self.in_progress(store, "k1", "o1")
+
+    # -- per-scope quota -------------------------------------------------------------------
+    # One caller (scope) flooding unique keys must be stopped at its own quota without locking
+    # anyone else out. Live records count whether in progress or completed; expired and
+    # released ones do not.
+
+    async def test_quota_refuses_the_flooding_scope_only(self) -> None:
+        store = await self.open(max_records_per_scope=3)
+        await self._fill(store, 2, lease=self.LEASE)  # in progress
+        assert (await store.claim(SCOPE, "done", FP1, "od", self.LEASE)).claimed
+        assert await store.complete(SCOPE, "done", "od", OUTCOME, self.RETENTION)
+        with pytest.raises(QuotaExceededError):
+            await store.claim(SCOPE, "new", FP1, "on", self.LEASE)
+        assert await store.get(SCOPE, "new") is None
+        # Everyone else claims on, up to their own quota.
+        for i in range(3):
+            assert (await store.claim(OTHER_SCOPE, f"k{i}", FP1, f"x{i}", self.LEASE)).claimed
+        with pytest.raises(QuotaExceededError):
+            await store.claim(OTHER_SCOPE, "k3", FP1, "x3", self.LEASE)
+        # Live keys of the flooding scope are still answered: a retry is never refused.
+        again = await store.claim(SCOPE, "k0", FP1, "on", self.LEASE)
+        assert again.claimed is False and again.existing is not None
+        assert again.existing.owner == "o0"
+        replay = await store.claim(SCOPE, "done", FP1, "on", self.LEASE)
+        assert replay.existing is not None and replay.existing.outcome == OUTCOME
+        # Once its records expire, the flooding scope claims again.
+        await self.advance(self.RETENTION * 1.5)
+        for i in range(3):
+            assert (await store.claim(SCOPE, f"n{i}", FP1, f"n{i}", self.LEASE)).claimed
+        with pytest.raises(QuotaExceededError):
+            await store.claim(SCOPE, "n3", FP1, "n3", self.LEASE)
+
+    async def test_quota_counts_completed_records_until_retention_ends(self) -> None:
+        store = await self.open(max_records_per_scope=2)
+        for key in ("a", "b"):
+            assert (await store.claim(SCOPE, key, FP1, f"o{key}", self.LEASE)).claimed
+            assert await store.complete(SCOPE, key, f"o{key}", OUTCOME, self.RETENTION)
+        await self.advance(self.LEASE * 1.5)  # past both leases, within retention
+        with pytest.raises(QuotaExceededError):
+            await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)
+        await self.advance(self.RETENTION)  # 1.5 leases + 1 retention after completion
+        assert (await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)).claimed
+
+    async def test_quota_counts_renewed_claims(self) -> None:
+        store = await self.open(max_records_per_scope=1)
+        assert (await store.claim(SCOPE, "a", FP1, "oa", self.LEASE)).claimed
+        for _ in range(3):  # alive for 2.25 leases, by renewal only
+            await self.advance(self.LEASE * 0.75)
+            assert await store.renew(SCOPE, "a", "oa", self.LEASE)
+        with pytest.raises(QuotaExceededError):
+            await store.claim(SCOPE, "b", FP1, "ob", self.LEASE)
+        await self.advance(self.LEASE * 1.5)  # no more renewals: the claim ends
+        assert (await store.claim(SCOPE, "b", FP1, "ob", self.LEASE)).claimed
+
+    async def test_quota_freed_by_release(self) -> None:
+        store = await self.open(max_records_per_scope=2)
+        await self._fill(store, 2, lease=self.LONG)
+        with pytest.raises(QuotaExceededError):
+            await store.claim(SCOPE, "new", FP1, "on", self.LEASE)
+        assert await store.release(SCOPE, "k0", "o0")
+        assert (await store.claim(SCOPE, "new", FP1, "on", self.LEASE)).claimed
+        with pytest.raises(QuotaExceededError):
+            await store.claim(SCOPE, "newer", FP1, "on", self.LEASE)
+
+    async def test_quota_holds_under_concurrent_claims(self) -> None:
+        quota = 5
+        store = await self.open(max_records_per_scope=quota)
+        claimed: list[str] = []
+        refused: list[str] = []
+
+        async def one(i: int) -> None:
+            try:
+                if (await store.claim(SCOPE, f"k{i}", FP1, f"o{i}", self.LONG)).claimed:
+                    claimed.append(f"k{i}")
+            except QuotaExceededError:
+                refused.append(f"k{i}")
+
+        async with anyio.create_task_group() as tg:
+            for i in range(self.CONCURRENCY):
+                tg.start_soon(one, i)
+        assert len(claimed) == quota, claimed
+        assert len(refused) == self.CONCURRENCY - quota
+        for key in refused:
+            assert await store.get(SCOPE, key) is None
+
+    # -- byte budget -----------------------------------------------------------------------
+    # An outcome's size is known only when the tool has run: `complete` records it even if
+    # that takes the store over its budget (refusing would lose the outcome and let a retry
+    # run the tool again); new claims are refused until the total is under the budget again.
+
+    BUDGET: ClassVar[int] = 64 * 1024
+
+    async def test_byte_budget_refuses_claims_never_completions(self) -> None:
+        store = await self.open(max_bytes=self.BUDGET)
+        big = b'"' + b"x" * (self.BUDGET * 5 // 8) + b'"'  # 5/8 of the budget
+        for key in ("a", "b"):
+            assert (await store.claim(SCOPE, key, FP1, f"o{key}", self.LEASE)).claimed
+        assert await store.complete(SCOPE, "a", "oa", big, self.RETENTION)
+        # Over budget once "b" completes too: it is recorded all the same.
+        assert await store.complete(SCOPE, "b", "ob", big, self.RETENTION)
+        with pytest.raises(StoreFullError):
+            await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)
+        with pytest.raises(StoreFullError):
+            await store.claim(OTHER_SCOPE, "c", FP1, "oc", self.LEASE)
+        for key in ("a", "b"):
+            record = await store.get(SCOPE, key)
+            assert record is not None and record.outcome == big
+            replay = await store.claim(SCOPE, key, FP1, "on", self.LEASE)  # still answered
+            assert replay.existing is not None and replay.existing.outcome == big
+        await self.advance(self.RETENTION * 1.5)
+        assert (await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)).claimed
+
+    async def test_byte_budget_counts_every_record(self) -> None:
+        # Records without an outcome cost bytes too (the store's per-record estimate): a
+        # flood of claims meets the budget long before any record-count bound.
+        budget = 16 * 1024
+        store = await self.open(max_bytes=budget)
+        claimed = 0
+        with pytest.raises(StoreFullError):  # the loop fills the store until it refuses
+            for i in range(budget):  # every key and owner of one length: records of one size
+                await store.claim(SCOPE, f"k{i:05d}", FP1, f"o{i:05d}", self.LONG)
+                claimed += 1
+        assert 4 <= claimed < budget // 64, claimed
+        assert await store.release(SCOPE, "k00000", "o00000")  # released bytes are free again
+        assert (await store.claim(SCOPE, "x00000", FP1, "y00000", self.LEASE)).claimed
+        with pytest.raises(StoreFullError):
+            await store.claim(SCOPE, "x00001", FP1, "y00001", self.LEASE)
 
     # -- scopes and keys -------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from ..services import (
     with_port,
 )
 from .conformance import FakeClock, StoreConformance
+from .flood import flood_scenario
 from .test_redis import OK, Counter, _call, _check_race_records, _race, _type, crash_scenario
 
 pytestmark = pytest.mark.services
@@ -80,13 +81,20 @@ class TestPostgresConformance(StoreConformance):
     RETENTION = 0.8
     TOLERANCE = 0.1
 
-    async def make_store(self, clock: FakeClock, *, max_records: int | None = None) -> Store:
-        if max_records is not None:
+    async def make_store(
+        self,
+        clock: FakeClock,
+        *,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+        max_records_per_scope: int | None = None,
+    ) -> Store:
+        if max_records is not None or max_bytes is not None:
             pytest.skip(
                 "PostgresStore is bounded by the database's disk (claims refused with "
-                "StoreFullError on disk full), not by a record count"
+                "StoreFullError on disk full), not by a record count or budget"
             )
-        return await _new_store()
+        return await _new_store(max_records_per_scope=max_records_per_scope)
 
     async def advance(self, seconds: float) -> None:
         await anyio.sleep(seconds)
@@ -422,3 +430,37 @@ async def test_sigkill_mid_call_key_in_progress_until_lease_then_runs_again() ->
     store = await _new_store()
     await crash_scenario(store, "postgres", url, store.table, lease=1.0)
     await store.aclose()
+
+
+# -- per-scope quota ------------------------------------------------------------------------------
+
+
+async def test_flood_one_scope_others_unaffected() -> None:
+    store = await _new_store(max_records_per_scope=5)
+    try:
+        await flood_scenario(store, 5)
+    finally:
+        await store.aclose()
+
+
+async def test_quota_store_creates_the_scope_index_and_counts_on_it() -> None:
+    table = _table()
+    assert "scope_expires_idx" not in PostgresStore.schema_sql(table)
+    store = await _new_store(table, max_records_per_scope=3)
+    try:
+        with psycopg.connect(postgres_url(), autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE tablename = %s", (table,)
+            ).fetchall()
+            assert any("(scope, expires_at)" in row[0] for row in rows), rows
+            conn.execute("SET enable_seqscan = off")  # a tiny table: ask what the plan can use
+            plan = conn.execute(
+                sql.SQL(
+                    "EXPLAIN SELECT count(*) FROM {} WHERE scope = %s "
+                    "AND expires_at > statement_timestamp()"
+                ).format(sql.Identifier(table)),
+                (b"s",),
+            ).fetchall()
+            assert "scope_expires_idx" in " ".join(row[0] for row in plan), plan
+    finally:
+        await store.aclose()

@@ -39,6 +39,7 @@ from ..services import (
     with_port,
 )
 from .conformance import FakeClock, StoreConformance
+from .flood import flood_scenario
 
 pytestmark = pytest.mark.services
 
@@ -73,13 +74,22 @@ class TestRedisConformance(StoreConformance):
     RETENTION = 0.8
     TOLERANCE = 0.1
 
-    async def make_store(self, clock: FakeClock, *, max_records: int | None = None) -> Store:
-        if max_records is not None:
+    async def make_store(
+        self,
+        clock: FakeClock,
+        *,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+        max_records_per_scope: int | None = None,
+    ) -> Store:
+        if max_records is not None or max_bytes is not None:
             pytest.skip(
                 "RedisStore is bounded by Redis maxmemory (claims refused with StoreFullError "
-                "on OOM, under maxmemory-policy noeviction), not by a record count"
+                "on OOM, under maxmemory-policy noeviction), not by a record count or budget"
             )
-        return RedisStore.from_url(need_redis(), prefix=_prefix())
+        return RedisStore.from_url(
+            need_redis(), prefix=_prefix(), max_records_per_scope=max_records_per_scope
+        )
 
     async def advance(self, seconds: float) -> None:
         await anyio.sleep(seconds)
@@ -370,3 +380,44 @@ async def crash_scenario(store: Any, kind: str, url: str, name: str, *, lease: f
         if proc.is_alive():
             proc.kill()
             proc.join(5)
+
+
+# -- per-scope quota ------------------------------------------------------------------------------
+
+
+async def test_flood_one_scope_others_unaffected() -> None:
+    store = RedisStore.from_url(need_redis(), prefix=_prefix(), max_records_per_scope=5)
+    try:
+        await flood_scenario(store, 5)
+    finally:
+        await store.aclose()
+
+
+async def test_quota_does_not_rename_records_on_a_single_redis() -> None:
+    # Turning the quota on or off (say during an incident) must not hide any record.
+    prefix = _prefix()
+    plain = RedisStore.from_url(need_redis(), prefix=prefix)
+    quota = RedisStore.from_url(need_redis(), prefix=prefix, max_records_per_scope=3)
+    try:
+        assert plain.key_name("s", "k") == quota.key_name("s", "k")
+        assert (await plain.claim("s", "k", "fp", "o1", 5)).claimed
+        assert await plain.complete("s", "k", "o1", b'{"v":1}', 5)
+        replay = await quota.claim("s", "k", "fp", "o2", 5)
+        assert replay.existing is not None and replay.existing.outcome == b'{"v":1}'
+    finally:
+        await plain.aclose()
+        await quota.aclose()
+
+
+def test_cluster_records_share_their_quota_sets_slot() -> None:
+    from redis.asyncio.cluster import RedisCluster
+    from redis.crc import key_slot
+
+    client = RedisCluster(host="127.0.0.1", port=1)  # never connected: names only
+    quota = RedisStore(client, prefix="app:", max_records_per_scope=3)
+    plain = RedisStore(client, prefix="app:")
+    for scope in ("a", "b", "x\ud800"):
+        slots = {key_slot(quota.key_name(scope, k)) for k in ("k1", "k2", "\x00")}
+        assert slots == {key_slot(quota.quota_name(scope))}
+    assert b"{" not in plain.key_name("a", "k1")  # no quota: records spread over the slots
+    assert key_slot(quota.key_name("a", "k")) != key_slot(quota.key_name("b", "k"))

@@ -19,11 +19,25 @@ from idemtools.stores.base import Claim, Status, Store
 from idemtools.stores.sqlite import SQLiteStore
 
 from .conformance import FakeClock, StoreConformance
+from .flood import flood_scenario
 
 
 class TestSQLiteConformance(StoreConformance):
-    async def make_store(self, clock: FakeClock, *, max_records: int | None = None) -> Store:
-        return SQLiteStore(self.tmp_path / "idem.db", clock=clock, max_records=max_records)
+    async def make_store(
+        self,
+        clock: FakeClock,
+        *,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+        max_records_per_scope: int | None = None,
+    ) -> Store:
+        return SQLiteStore(
+            self.tmp_path / "idem.db",
+            clock=clock,
+            max_records=max_records,
+            max_records_per_scope=max_records_per_scope,
+            **({} if max_bytes is None else {"max_bytes": max_bytes}),
+        )
 
 
 # -- SQLite only -------------------------------------------------------------------------------
@@ -450,3 +464,96 @@ async def test_two_stores_opening_one_new_file_together_never_fail(tmp_path: Pat
         for store in stores:
             await store.aclose()
     assert failures == []
+
+
+# -- byte accounting ---------------------------------------------------------------------------
+
+
+def usage(path: Path) -> tuple[int, int]:
+    """(the bytes idemtools_usage holds, the bytes recounted from the rows now)."""
+    from idemtools.stores.sqlite import _row_bytes
+
+    with contextlib.closing(raw(path)) as conn:
+        (kept,) = conn.execute("SELECT bytes FROM idemtools_usage WHERE id = 1").fetchone()
+        (actual,) = conn.execute(
+            f"SELECT coalesce(sum({_row_bytes('idemtools_records')}), 0) FROM idemtools_records"
+        ).fetchone()
+        return int(kept), int(actual)
+
+
+async def test_byte_total_follows_every_write(
+    tmp_path: Path, clock: FakeClock, opened: list[SQLiteStore]
+) -> None:
+    path = tmp_path / "idem.db"
+    store = SQLiteStore(path, clock=clock, cleanup_batch=1)
+    opened.append(store)
+    steps: list[int] = []
+    await store.claim(SCOPE, "first", "fp", "of", 1)  # expires first: the cleanup takes it
+    await store.claim(SCOPE, "a", "fp", "oa", 5)
+    steps.append(usage(path)[0])
+    assert await store.complete(SCOPE, "a", "oa", b"x" * 1000, 5)  # outcome bytes added
+    steps.append(usage(path)[0])
+    assert steps[1] == steps[0] + 1000
+    await store.claim(SCOPE, "b", "fp", "ob", 5)
+    assert await store.renew(SCOPE, "b", "ob", 5)
+    assert await store.release(SCOPE, "b", "ob")  # deleted: its bytes go
+    assert usage(path)[0] == steps[1]
+    clock.advance(10)
+    # A claim over the expired row "a" replaces it (INSERT OR REPLACE; the claim's bounded
+    # cleanup deleted only "first"): the old row's outcome must leave the total, which only
+    # recursive triggers make happen.
+    await store.claim(SCOPE, "a", "fp", "oa2", 5)
+    kept, actual = usage(path)
+    assert kept == actual
+    assert kept < steps[1]
+    await store.purge_expired()
+    assert usage(path)[0] == usage(path)[1]
+
+
+async def test_byte_total_is_recounted_when_a_connection_opens(
+    tmp_path: Path, clock: FakeClock, opened: list[SQLiteStore]
+) -> None:
+    path = tmp_path / "idem.db"
+    store = SQLiteStore(path, clock=clock)
+    opened.append(store)
+    await store.claim(SCOPE, "a", "fp", "oa", 100)
+    assert await store.complete(SCOPE, "a", "oa", b"y" * 5000, 100)
+    with contextlib.closing(raw(path)) as conn:  # a file from before byte accounting
+        conn.execute("DROP TABLE idemtools_usage")
+    fresh = SQLiteStore(path, clock=clock, max_bytes=4000)
+    opened.append(fresh)
+    with pytest.raises(StoreFullError):  # the 5000-byte outcome counts from the start
+        await fresh.claim(SCOPE, "b", "fp", "ob", 100)
+    kept, actual = usage(path)
+    assert kept == actual > 5000
+
+
+async def test_byte_budget_deletes_expired_rows_before_refusing(
+    tmp_path: Path, clock: FakeClock, opened: list[SQLiteStore]
+) -> None:
+    path = tmp_path / "idem.db"
+    filler = SQLiteStore(path, clock=clock)
+    store = SQLiteStore(path, clock=clock, max_bytes=20_000, cleanup_batch=2)
+    opened += [filler, store]
+    for i in range(10):
+        await filler.claim(SCOPE, f"old{i}", "fp", f"o{i}", 5)
+        assert await filler.complete(SCOPE, f"old{i}", f"o{i}", b"z" * 3000, 5)
+    clock.advance(10)  # 30 kB of expired rows: over budget until they are deleted
+    assert (await store.claim(SCOPE, "new", "fp", "on", 100)).claimed
+    assert row_count(path) <= 1 + 10 - 4  # more than one cleanup batch was needed
+    assert usage(path)[0] + 1 <= 20_000
+
+
+def test_bad_bounds_are_refused() -> None:
+    with pytest.raises(ValueError):
+        SQLiteStore("x.db", max_bytes=0)
+    with pytest.raises(ValueError):
+        SQLiteStore("x.db", max_records_per_scope=0)
+
+
+async def test_flood_one_scope_others_unaffected(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "idem.db", max_records_per_scope=5)
+    try:
+        await flood_scenario(store, 5)
+    finally:
+        await store.aclose()

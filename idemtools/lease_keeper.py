@@ -1,0 +1,256 @@
+"""The lease keeper: renews the claims of running calls from its own thread and event loop.
+
+Why a thread: a claim's lease must be renewed while its tool runs, *whether or not the tool
+blocks the event loop* (semantics.md, Time). A sync `def` tool on mcp 1.x FastMCP runs inline on
+the loop, and any async tool may call a blocking client; a renewal scheduled on that same loop
+would wait for the tool to finish, the lease would run out, and a retry elsewhere would run the
+tool a second time. So renewals live here, on one daemon thread with its own asyncio loop and
+its own store connection (`Store.for_lease_keeper()`), for every live claim of one engine.
+
+Cost on the call path: `hold` and `drop` are a lock, a dict write and (only when the keeper has
+nothing earlier to do) a wake-up of the thread. Short calls, the common case, end long before
+their first renewal is due and never cause any I/O here.
+
+Where a store cannot give the keeper its own connection (`for_lease_keeper()` returns None),
+renewals are sent to the engine's own asyncio loop instead, as before: a blocked loop then
+delays them, and late completion (a store records an outcome whose lease ran out while nobody
+else claimed the key) is what still saves the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from .stores.base import Store
+
+__all__ = ["IDLE_EXIT", "Lease", "LeaseKeeper"]
+
+log = logging.getLogger("idemtools")
+
+IDLE_EXIT = 10.0
+"""Seconds without any claim to renew after which the keeper's thread ends (it starts again on
+the next claim): an idle server, or a test suite with many engines, keeps no thread around."""
+
+
+class Lease:
+    """One live claim the keeper renews: every `lease / 3` seconds until it is dropped."""
+
+    __slots__ = (
+        "claimed",
+        "done",
+        "due",
+        "ident",
+        "key",
+        "lease",
+        "loop",
+        "owner",
+        "renewing",
+        "scope",
+    )
+
+    def __init__(
+        self,
+        ident: int,
+        scope: str,
+        key: str,
+        owner: str,
+        lease: float,
+        due: float,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> None:
+        self.ident = ident
+        self.scope = scope
+        self.key = key
+        self.owner = owner
+        self.lease = lease
+        self.due = due
+        self.loop = loop  # the caller's asyncio loop, for stores without a keeper connection
+        self.done = False  # dropped by the engine: a renewal still under way is ignored
+        self.renewing = False  # a renewal is under way: never two at once for one claim
+        # Held before the claim is sent (the loop may block between the claim landing and the
+        # engine seeing the answer); until the engine confirms it, "not held" is no loss.
+        self.claimed = False
+
+
+class LeaseKeeper:
+    """Renews every live claim of one store from a daemon thread; see the module docstring.
+
+    Args:
+        store: the engine's store; the keeper asks it for a connection of its own.
+        on_lost: called (on the keeper thread) when a renewal found the claim taken by
+            another owner: the engine counts it and logs it.
+        on_error: called (on the keeper thread) when a renewal failed; it is tried again at
+            the next interval.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        on_lost: Callable[[Lease], None],
+        on_error: Callable[[Lease, BaseException], None],
+    ) -> None:
+        self._source = store
+        self._on_lost = on_lost
+        self._on_error = on_error
+        self._lock = threading.Lock()
+        self._live: dict[int, Lease] = {}
+        self._ids = itertools.count()
+        self._target: float | None = None  # when the thread wakes next; None: it waits for us
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._closing = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def live(self) -> int:
+        """Claims being renewed now."""
+        return len(self._live)
+
+    # -- the call path (any thread) --------------------------------------------------------
+
+    def hold(self, scope: str, key: str, owner: str, lease: float) -> Lease:
+        """Start renewing a claim just made; `drop` it when the call has ended."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # trio: no asyncio loop to fall back to
+            loop = None
+        due = time.monotonic() + lease / 3
+        held = Lease(next(self._ids), scope, key, owner, lease, due, loop)
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("the lease keeper is closed")
+            self._live[held.ident] = held
+            wake = self._target is None or due < self._target
+            if wake:
+                self._target = due
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._main, name="idemtools-lease-keeper", daemon=True
+                )
+                self._thread.start()
+                wake = False  # the new thread reads the schedule when it starts
+            target_loop, event = self._loop, self._wake
+        if wake and target_loop is not None and event is not None:
+            with contextlib.suppress(RuntimeError):  # the keeper's loop just closed
+                target_loop.call_soon_threadsafe(event.set)
+        return held
+
+    def drop(self, held: Lease) -> None:
+        """Stop renewing: the call ended (its outcome is about to be recorded, or released)."""
+        held.done = True
+        with self._lock:
+            self._live.pop(held.ident, None)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the thread (after renewals under way end) and close its store connection."""
+        with self._lock:
+            self._closing = True
+            thread, target_loop, event = self._thread, self._loop, self._wake
+        if thread is None:
+            return
+        if target_loop is not None and event is not None:
+            with contextlib.suppress(RuntimeError):
+                target_loop.call_soon_threadsafe(event.set)
+        thread.join(timeout)
+
+    # -- the keeper thread -----------------------------------------------------------------
+
+    def _main(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        wake = asyncio.Event()
+        idle_since: float | None = None
+        store = self._open_store()
+        with self._lock:
+            self._loop, self._wake = asyncio.get_running_loop(), wake
+        try:
+            while True:
+                wake.clear()
+                with self._lock:
+                    if self._closing:
+                        break
+                    idle = idle_since is not None and time.monotonic() - idle_since >= IDLE_EXIT
+                    if idle and not self._live:
+                        # Nothing to renew for a while: end the thread; `hold` starts a new
+                        # one when a claim needs it.
+                        self._thread = None
+                        self._loop = self._wake = None
+                        break
+                    now = time.monotonic()
+                    due = [h for h in self._live.values() if h.due <= now and not h.renewing]
+                    for held in due:
+                        held.due = now + held.lease / 3
+                        held.renewing = True
+                    self._target = min((h.due for h in self._live.values()), default=None)
+                    target = self._target
+                for held in due:
+                    task = asyncio.create_task(self._renew(store, held))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                if target is None and not due:
+                    idle_since = time.monotonic() if idle_since is None else idle_since
+                    timeout: float | None = IDLE_EXIT
+                else:
+                    idle_since = None
+                    timeout = None if target is None else max(0.0, target - time.monotonic())
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout)
+        finally:
+            if self._tasks:
+                await asyncio.wait(set(self._tasks), timeout=5.0)
+            if store is not None and store is not self._source:
+                try:
+                    await store.aclose()
+                except Exception as exc:
+                    log.warning("lease keeper: closing its store connection failed: %r", exc)
+
+    def _open_store(self) -> Store | None:
+        opener = getattr(self._source, "for_lease_keeper", None)
+        if opener is None:
+            return self._source  # a store that is safe to use from another thread's loop
+        try:
+            store: Store | None = opener()
+        except Exception as exc:
+            log.error(
+                "lease keeper: %s store could not open a connection of its own (%r); "
+                "renewals go through the server's event loop",
+                self._source.kind,
+                exc,
+            )
+            return None
+        return store
+
+    async def _renew(self, store: Store | None, held: Lease) -> None:
+        try:
+            if store is not None:
+                ok = await store.renew(held.scope, held.key, held.owner, held.lease)
+            else:
+                ok = await self._renew_on_caller_loop(held)
+        except Exception as exc:
+            if not held.done:
+                self._on_error(held, exc)
+        else:
+            if not ok and not held.done and held.claimed:
+                self.drop(held)
+                self._on_lost(held)
+        finally:
+            held.renewing = False
+
+    async def _renew_on_caller_loop(self, held: Lease) -> bool:
+        if held.loop is None:
+            return True  # trio, and no connection of our own: late completion covers it
+        coro: Coroutine[Any, Any, bool] = self._source.renew(
+            held.scope, held.key, held.owner, held.lease
+        )
+        future = asyncio.run_coroutine_threadsafe(coro, held.loop)
+        return await asyncio.wrap_future(future)

@@ -1,0 +1,187 @@
+"""`authorize=`: a replay is never an authorization bypass (SEP-3182 Security; issue 9.4).
+
+Driven through `Engine.handle` with a MemoryStore behind a spy, so each test can tell whether a
+record was read or written, not only what the caller got.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from idemtools import (
+    AuthInfo,
+    CallContext,
+    Engine,
+    ErrorCodes,
+    Outcome,
+    Policy,
+    Registry,
+    UnauthorizedError,
+    idempotent,
+)
+from idemtools.engine import ToolCall
+from idemtools.errors import error_from_data
+from idemtools.stores import MemoryStore
+
+SECRET = "alice lacks balance:read (role=intern, ticket 4711)"
+
+
+class Spy:
+    """A MemoryStore that records which operations the engine asked of it."""
+
+    kind = "spy"
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.ops: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name in ("claim", "renew", "complete", "release", "get"):
+
+            async def recorded(*args: Any, **kwargs: Any) -> Any:
+                self.ops.append(name)
+                return await attr(*args, **kwargs)
+
+            return recorded
+        return attr
+
+
+def ctx(*scopes: str, subject: str = "alice") -> CallContext:
+    auth = AuthInfo(issuer="https://as.example", subject=subject, scopes=scopes)
+    return CallContext(transport="http", auth=auth, tool="balance", arguments={})
+
+
+class Tool:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self) -> Outcome:
+        self.calls += 1
+        return Outcome(result={"content": [{"type": "text", "text": f"balance 42 #{self.calls}"}]})
+
+
+def needs(scope: str) -> Any:
+    def check(context: CallContext) -> None:
+        if context.auth is None or scope not in context.auth.scopes:
+            raise PermissionError(SECRET)
+
+    return check
+
+
+def needs_async(scope: str) -> Any:
+    sync = needs(scope)
+
+    async def check(context: CallContext) -> None:
+        sync(context)
+
+    return check
+
+
+def keyed(context: CallContext, policy: Policy | None, key: str = "k") -> ToolCall:
+    return ToolCall(name="balance", arguments={}, key=key, context=context, policy=policy)
+
+
+@pytest.mark.parametrize("make", [needs, needs_async], ids=["sync", "async"])
+async def test_revoked_permission_is_refused_before_the_replay(make: Any) -> None:
+    spy = Spy()
+    engine = Engine(spy, registry=Registry())  # type: ignore[arg-type]
+    policy = Policy.of(authorize=make("balance:read"))
+    tool = Tool()
+    first = await engine.handle(keyed(ctx("mcp", "balance:read"), policy), tool)
+    assert first.result is not None
+    spy.ops.clear()
+    # same subject, new token without the permission, the old key: no replay
+    refused = await engine.handle(keyed(ctx("mcp"), policy), tool)
+    assert refused.error is not None and refused.error["data"]["type"] == "idempotency_unauthorized"
+    assert refused.error["code"] == ErrorCodes().idempotency_unauthorized
+    assert SECRET not in str(refused.error)  # the check's message stays on the server
+    assert "balance 42" not in str(refused.error)
+    assert spy.ops == []  # no record read into the answer, none written
+    assert tool.calls == 1
+    # a fresh key is refused the same way, and the tool does not run
+    fresh = await engine.handle(keyed(ctx("mcp"), policy, key="k2"), tool)
+    assert fresh.error is not None and fresh.error["data"]["type"] == "idempotency_unauthorized"
+    assert tool.calls == 1 and spy.ops == []
+    # permission back: the recorded answer again, still one execution
+    again = await engine.handle(keyed(ctx("mcp", "balance:read"), policy), tool)
+    assert again.result == first.result and tool.calls == 1
+
+
+async def test_the_check_runs_before_every_replay_and_execution() -> None:
+    seen: list[tuple[str | None, tuple[str, ...], Any]] = []
+
+    def check(context: CallContext) -> None:
+        assert context.auth is not None
+        seen.append((context.tool, context.auth.scopes, context.auth.token))
+
+    token = object()
+    context = CallContext(
+        transport="http",
+        auth=AuthInfo(subject="alice", scopes=("mcp",), token=token),
+        tool="balance",
+    )
+    engine = Engine(MemoryStore(), registry=Registry())
+    policy = Policy.of(authorize=check)
+    tool = Tool()
+    for _ in range(3):
+        await engine.handle(keyed(context, policy), tool)
+    assert tool.calls == 1
+    assert seen == [("balance", ("mcp",), token)] * 3  # raw token reaches the check
+
+
+async def test_the_server_wide_default_applies_unless_the_tool_declares_its_own() -> None:
+    engine = Engine(MemoryStore(), registry=Registry(), authorize=needs("admin"))
+    tool = Tool()
+    plain = await engine.handle(keyed(ctx("mcp"), None), tool)
+    assert plain.error is not None and plain.error["data"]["type"] == "idempotency_unauthorized"
+    own = Policy.of(authorize=needs("balance:read"))
+    allowed = await engine.handle(keyed(ctx("balance:read"), own, key="k2"), tool)
+    assert allowed.result is not None and tool.calls == 1
+
+
+async def test_a_refusal_is_logged_on_the_server_with_its_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = Engine(MemoryStore(), registry=Registry())
+    with caplog.at_level(logging.INFO, logger="idemtools"):
+        await engine.handle(keyed(ctx(), Policy.of(authorize=needs("x")), key="raw-key-1"), Tool())
+    text = caplog.text
+    assert SECRET in text and "idempotency_unauthorized" in text
+    assert "raw-key-1" not in text
+
+
+def test_authorize_must_be_callable() -> None:
+    with pytest.raises(TypeError):
+        Policy.of(authorize="admin")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        idempotent(authorize=42, registry=Registry())  # type: ignore[call-overload]
+
+
+def test_the_decorator_records_the_check() -> None:
+    registry = Registry()
+    check = needs("balance:read")
+
+    @idempotent(authorize=check, registry=registry)
+    def balance() -> int:
+        return 42
+
+    policy = registry.get("balance")
+    assert policy is not None and policy.authorize is check
+
+
+def test_clients_rebuild_the_typed_error() -> None:
+    refused = error_from_data("no", {"type": "idempotency_unauthorized", "idempotencyKey": "k"})
+    assert isinstance(refused, UnauthorizedError) and refused.key == "k"
+
+
+async def test_no_check_costs_nothing_extra() -> None:
+    # the common case: no authorize anywhere; the engine never builds or awaits anything
+    engine = Engine(MemoryStore(), registry=Registry())
+    assert engine.authorize is None and Policy.of().authorize is None
+    tool = Tool()
+    first = await engine.handle(keyed(ctx(), Policy.of()), tool)
+    assert first.result is not None and tool.calls == 1

@@ -1,0 +1,196 @@
+"""Claims caught by cancellation, and shutdown that drains (issue 8, items 2 and 3).
+
+* A caller cancelled while its claim is on its way to the store must not leave the key "in
+  progress" for a whole lease while nothing runs: the claim is shielded and then released (anyio
+  cancellation, how the SDKs cancel), or released in the background (a native asyncio
+  `task.cancel()`). Tested against a real Redis behind a TCP relay that delays every request.
+* `Engine.aclose()` / `Installation.aclose()` let running keyed calls finish and be recorded
+  before the store is closed, refuse new keyed calls meanwhile, and say so when the grace
+  period runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+import pytest
+
+from idemtools import Engine, Outcome, Policy, Registry, shared
+from idemtools.engine import ToolCall
+from idemtools.stores.base import Status
+from idemtools.stores.redis import RedisStore
+from idemtools.stores.sqlite import SQLiteStore
+
+from .services import RUN_ID, need_redis, proxy_to, with_port
+
+DELAY = 0.4  # each request to Redis waits this long in the relay
+POLICY = Policy.of(retention=60, lease=30, scope=shared)  # a long lease: a stuck key would show
+
+
+def ok(text: str) -> Outcome:
+    return Outcome(result={"content": [{"type": "text", "text": text}], "isError": False})
+
+
+class Tool:
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.calls = 0
+        self.seconds = seconds
+
+    async def __call__(self) -> Outcome:
+        self.calls += 1
+        await anyio.sleep(self.seconds)
+        return ok(f"run {self.calls}")
+
+
+def call(key: str) -> ToolCall:
+    return ToolCall(name="charge", arguments={"amount": 1}, key=key, policy=POLICY)
+
+
+async def _slow_redis_engine(proxy_port: int) -> tuple[Engine, RedisStore, RedisStore]:
+    url = need_redis()
+    prefix = f"idemtools-test:{RUN_ID}:cancel:{uuid.uuid4().hex[:6]}:"
+    slow = RedisStore.from_url(with_port(url, "127.0.0.1", proxy_port), prefix=prefix)
+    direct = RedisStore.from_url(url, prefix=prefix)  # to look at the record without delay
+    engine = Engine(slow, registry=Registry())
+    engine.release_retry_delay = 0.2
+    # Connect first, so the cancellation below catches the claim itself in the relay, not
+    # redis-py's connection handshake.
+    await slow.get("warm-up", "warm-up")
+    return engine, slow, direct
+
+
+async def _scope_of(engine: Engine) -> str:
+    from idemtools.engine import _scope_hash
+    from idemtools.scopes import CallContext
+
+    return _scope_hash(POLICY, CallContext(), "k")
+
+
+async def _settles_free(direct: RedisStore, scope: str, key: str, within: float) -> None:
+    await anyio.sleep(2 * DELAY)  # long enough for a claim still in the relay to have landed
+    deadline = time.monotonic() + within
+    while True:
+        record = await direct.get(scope, key)
+        if record is None:
+            return
+        assert record.status is Status.IN_PROGRESS
+        assert time.monotonic() < deadline, "the key stayed in progress while nothing ran"
+        await anyio.sleep(0.05)
+
+
+@pytest.mark.services
+async def test_anyio_cancel_during_claim_releases_the_key() -> None:
+    async with proxy_to(need_redis(), 6379) as proxy:
+        engine, slow, direct = await _slow_redis_engine(proxy.port)
+        proxy.delay = DELAY
+        tool = Tool()
+        results: list[Outcome] = []
+
+        async def caller() -> None:
+            results.append(await engine.handle(call("k"), tool))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(caller)
+            await anyio.sleep(DELAY / 2)  # the claim is in the relay now
+            tg.cancel_scope.cancel()
+        assert results == [] and tool.calls == 0
+        scope = await _scope_of(engine)
+        await _settles_free(direct, scope, "k", within=4 * DELAY)
+        assert engine.stats.released == 1
+        # The retry is not told "in progress" for a lease: it runs, once.
+        proxy.delay = 0
+        assert await engine.handle(call("k"), tool) == ok("run 1")
+        assert await engine.handle(call("k"), tool) == ok("run 1")
+        assert tool.calls == 1
+        await slow.aclose()
+        await direct.aclose()
+
+
+@pytest.mark.services
+async def test_native_task_cancel_during_claim_releases_the_key() -> None:
+    async with proxy_to(need_redis(), 6379) as proxy:
+        engine, slow, direct = await _slow_redis_engine(proxy.port)
+        proxy.delay = DELAY
+        tool = Tool()
+        task = asyncio.get_running_loop().create_task(engine.handle(call("k"), tool))
+        await asyncio.sleep(DELAY / 2)
+        task.cancel()  # goes through any anyio shield
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert tool.calls == 0
+        scope = await _scope_of(engine)
+        # The claim may land after the first release: the second one, a moment later, frees it.
+        await _settles_free(direct, scope, "k", within=6 * DELAY + 1)
+        proxy.delay = 0
+        assert await engine.handle(call("k"), tool) == ok("run 1")
+        assert tool.calls == 1
+        await slow.aclose()
+        await direct.aclose()
+
+
+# -- shutdown -----------------------------------------------------------------------------
+
+
+async def test_aclose_drains_running_calls_before_closing_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "drain.sqlite"
+    engine = Engine(SQLiteStore(path), registry=Registry())
+    tool = Tool(seconds=0.5)
+    results: list[Outcome] = []
+
+    async def caller() -> None:
+        results.append(await engine.handle(call("k"), tool))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(caller)
+        await anyio.sleep(0.1)
+        assert engine.executing == 1
+        closing = anyio.Event()
+
+        async def close() -> None:
+            await engine.aclose()
+            closing.set()
+
+        tg.start_soon(close)
+        await anyio.sleep(0.05)
+        # A new keyed call during the drain is refused, not run.
+        refused = await engine.handle(call("other"), tool)
+        assert refused.error is not None
+        assert refused.error["data"]["type"] == "idempotency_store_unavailable"
+        assert "shutting down" in refused.error["message"]
+    assert results == [ok("run 1")] and tool.calls == 1
+    reopened = SQLiteStore(path)
+    scope = await _scope_of(engine)
+    record = await reopened.get(scope, "k")
+    assert record is not None and record.status is Status.COMPLETED, "recorded before close"
+    await reopened.aclose()
+
+
+async def test_aclose_gives_up_after_the_grace_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = Engine(SQLiteStore(tmp_path / "grace.sqlite"), registry=Registry())
+    tool = Tool(seconds=1.0)
+    with caplog.at_level(logging.ERROR, logger="idemtools"):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.handle, call("k"), tool)
+            await anyio.sleep(0.1)
+            started = time.monotonic()
+            drained = await engine.drain(grace=0.2)
+            assert drained is False
+            assert time.monotonic() - started < 0.8
+    assert any("still running" in r.getMessage() for r in caplog.records)
+    await engine.aclose(grace=0)
+
+
+async def test_aclose_with_nothing_running_is_immediate(tmp_path: Path) -> None:
+    engine = Engine(SQLiteStore(tmp_path / "idle.sqlite"), registry=Registry())
+    assert await engine.handle(call("k"), Tool()) == ok("run 1")
+    started = time.monotonic()
+    await engine.aclose()
+    assert time.monotonic() - started < 1.0
+    assert engine.keeper.live == 0
