@@ -496,12 +496,23 @@ async def in_progress(ctx: Context) -> Outcomes:
 # -- conflicts -----------------------------------------------------------------------------------
 
 
-async def conflict_arguments(ctx: Context) -> Outcomes:
+def _conflict_data(reply: Reply, key: str) -> bool:
+    data = reply.error_data()
+    return (
+        data is not None
+        and data.get("type") == "idempotency_key_conflict"
+        and data.get("idempotencyKey") == key
+    )
+
+
+async def conflicts(ctx: Context) -> Outcomes:
+    """The key again with other arguments, and again with another tool name."""
     checks = (
         "sep-3182-conflict-rejected",
         "sep-3182-conflict-not-executed",
         "sep-3182-conflict-no-cached-result",
         "sep-3182-conflict-error-data",
+        "sep-3182-conflict-tool-name",
     )
     key, label = ctx.fresh("k"), ctx.fresh("conflict")
     first = await ctx.call(RECORD, {"label": label, "payload": "first"}, key)
@@ -509,13 +520,9 @@ async def conflict_arguments(ctx: Context) -> Outcomes:
         return bad
     other = await ctx.call(RECORD, {"label": label, "payload": "second"}, key)
     count = await ctx.count(label)
-    data = other.error_data()
-    typed = data is not None and data.get("type") == "idempotency_key_conflict"
-    return {
+    out: Outcomes = {
         checks[0]: _verdict(
-            other.rejected,
-            "refused: " + other.show(),
-            f"not refused: {other.show()}",
+            other.rejected, "refused: " + other.show(), f"not refused: {other.show()}"
         ),
         checks[1]: _verdict(
             count == 1,
@@ -527,30 +534,31 @@ async def conflict_arguments(ctx: Context) -> Outcomes:
             "the original result was not returned",
             "the original result was returned for different arguments",
         ),
-        checks[3]: _verdict(
-            typed and data is not None and data.get("idempotencyKey") == key,
-            f"error.data = {encode(data)}",
-            f"error.data does not name the conflict and key: {other.show()}",
-        ),
     }
-
-
-async def conflict_tool(ctx: Context) -> Outcomes:
-    check = "sep-3182-conflict-tool-name"
-    key, label = ctx.fresh("k"), ctx.fresh("tool")
-    args = {"label": label, "payload": "same"}
-    first = await ctx.call(RECORD, args, key)
-    if (bad := await _first(ctx, (check,), first)) is not None:
-        return bad
-    other = await ctx.call(RECORD_SLOW, args, key)  # same arguments, another tool
-    count = await ctx.count(label)
-    if other.same_result(first):
-        return {check: ("fail", f"{RECORD_SLOW} got {RECORD}'s recorded result for the same key")}
-    if count != 1:
-        return {check: ("fail", f"{RECORD_SLOW} was executed under {RECORD}'s key")}
-    return {
-        check: _verdict(other.rejected, "refused: " + other.show(), f"not refused: {other.show()}")
-    }
+    # Same arguments, another tool name.
+    tool_key, tool_label = ctx.fresh("k"), ctx.fresh("tool")
+    args = {"label": tool_label, "payload": "same"}
+    mine = await ctx.call(RECORD, args, tool_key)
+    theirs = await ctx.call(RECORD_SLOW, args, tool_key)
+    tool_count = await ctx.count(tool_label)
+    if mine.executions is None:
+        out[checks[4]] = ("fail", f"the first keyed call did not answer: {mine.show()}")
+    elif theirs.same_result(mine):
+        out[checks[4]] = ("fail", f"{RECORD_SLOW} got {RECORD}'s recorded result for the same key")
+    elif tool_count != 1:
+        out[checks[4]] = ("fail", f"{RECORD_SLOW} was executed under {RECORD}'s key")
+    else:
+        out[checks[4]] = _verdict(
+            theirs.rejected, "refused: " + theirs.show(), f"not refused: {theirs.show()}"
+        )
+    both = _conflict_data(other, key) and _conflict_data(theirs, tool_key)
+    out[checks[3]] = _verdict(
+        both,
+        f"error.data = {encode(other.error_data())} (other arguments and another tool)",
+        "error.data does not name the conflict and key: "
+        f"{other.show() if not _conflict_data(other, key) else theirs.show()}",
+    )
+    return out
 
 
 # -- equivalence ---------------------------------------------------------------------------------
@@ -790,13 +798,13 @@ SCENARIOS: list[Scenario] = [
         "in-progress-error-data",
     ),
     _scenario(
-        conflict_arguments,
+        conflicts,
         "conflict-rejected",
         "conflict-not-executed",
         "conflict-no-cached-result",
         "conflict-error-data",
+        "conflict-tool-name",
     ),
-    _scenario(conflict_tool, "conflict-tool-name"),
     _scenario(equivalence_key_order, "equivalence-key-order"),
     _scenario(equivalence_whitespace, "equivalence-whitespace"),
     _scenario(equivalence_escapes, "equivalence-escapes"),

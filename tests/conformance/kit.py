@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -88,31 +89,38 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def http_server(kind: str = "example", env: Mapping[str, str] | None = None) -> Iterator[str]:
-    """A server process on stateless streamable HTTP; yields its URL once it accepts."""
+    """A server process on stateless streamable HTTP; yields its URL once it accepts.
+
+    Its stderr goes to a file, never a pipe nobody reads: a server logging every request would
+    fill the pipe and hang.
+    """
     port = free_port()
-    proc = subprocess.Popen(
-        server_command(kind, "--http", str(port), "--stateless"),
-        cwd=ROOT,
-        env={**os.environ, **dict(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                raise RuntimeError(f"server {kind} did not start: {err[-1000:]}")
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            server_command(kind, "--http", str(port), "--stateless"),
+            cwd=ROOT,
+            env={**os.environ, **dict(env or {})},
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+            deadline = time.monotonic() + 30
+            while True:
+                with (
+                    contextlib.suppress(OSError),
+                    socket.create_connection(("127.0.0.1", port), 0.2),
+                ):
+                    break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    err = log.read().decode(errors="replace")
+                    raise RuntimeError(f"server {kind} did not start: {err[-1000:]}")
+                time.sleep(0.05)
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

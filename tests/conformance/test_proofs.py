@@ -104,7 +104,8 @@ def test_example_server_without_install_fails_the_musts_it_should(tmp_path: Path
 # - no capability on the wire                       -> capability-initialize
 # - records only after the tool finished             -> in-progress-no-second-execution (and the
 #   in-progress SHOULDs: the duplicate runs instead of being refused)
-# - fingerprint of the arguments alone, one dict     -> conflict-tool-name (another tool replays)
+# - fingerprint of the arguments alone, one dict     -> conflict-tool-name (another tool replays,
+#                                                       so no conflict error.data either)
 # - json.dumps(sort_keys=True): "1" != "1.0"         -> equivalence-numbers
 # Key order, whitespace and escapes are resolved by parsing plus sort_keys, so those pass.
 PROTOTYPE = s(
@@ -113,6 +114,7 @@ PROTOTYPE = s(
     "in-progress-rejected-immediately",
     "in-progress-error-data",
     "conflict-tool-name",
+    "conflict-error-data",
     "equivalence-numbers",
 )
 
