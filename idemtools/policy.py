@@ -59,7 +59,7 @@ class Policy:
             own writes to that database and the completed record commit or roll back
             together; closes the SEP's crash window for such tools.
         authorize: `check(context)`, sync or async, run before every replay and every
-            execution of a keyed call; if it raises, the call is refused with
+            execution of a keyed call; if it raises (or returns False), the call is refused with
             `idempotency_unauthorized` and no record is read or written. A tool that checks
             permissions inside its handler must declare that check here too: the handler
             does not run on a replay, so otherwise a caller whose permission was revoked
@@ -219,13 +219,18 @@ def idempotent(
 async def authorize_call(check: AuthorizeFn, context: CallContext, key: str) -> None:
     """Run a tool's `authorize=` check; any exception it raises becomes `UnauthorizedError`.
 
+    A check that returns False refuses too (fail closed: a boolean-style check must not be
+    read as "allowed"); None or True allow.
+
     The exception's message is logged here, never sent: it may name permissions, roles or
     other callers. Nothing about the key's record is read before this returns.
     """
     try:
         result = check(context)
         if inspect.isawaitable(result):
-            await result
+            result = await result
+        if result is False:  # a check that answers rather than raises: still a refusal
+            raise PermissionError("the authorize check returned False")
     except Exception as exc:
         # The engine logs the refusal with the key's digest; the reason stays here.
         log.info("idempotency authorize check refused tool=%s: %r", context.tool, exc)

@@ -96,8 +96,9 @@ class CallContext:
 
 
 ScopeFn = Callable[[CallContext], str]
-AuthorizeFn = Callable[[CallContext], "Awaitable[None] | None"]
-"""`check(context)`, sync or async: return to allow the keyed call, raise to refuse it."""
+AuthorizeFn = Callable[[CallContext], "Awaitable[bool | None] | bool | None"]
+"""`check(context)`, sync or async: return to allow the keyed call, raise (or return False)
+to refuse it."""
 
 
 class Scope:
@@ -190,11 +191,11 @@ def local_transport(kind: LocalTransport) -> Iterator[None]:
     carries none either), so `by_auth_subject` gives the local user's scope only on a transport
     identified positively. idemtools does this itself for `FastMCP.run_stdio_async` /
     `MCPServer.run_stdio_async` (and so `server.run("stdio")`), mcp 2.x's in-process `Client`
-    and mcp 1.x's `create_connected_server_and_client_session`. Code that drives the
-    low-level `server.run()` itself declares it, *around* the transport:
+    (both modes) and mcp 1.x's `create_connected_server_and_client_session`. Code that drives
+    the low-level `server.run()` itself declares it around that call:
 
-        with idemtools.local_transport("stdio"):
-            async with stdio_server() as (read, write):
+        async with stdio_server() as (read, write):
+            with idemtools.local_transport("stdio"):
                 await server.run(read, write, options)
 
     Never wrap a network transport in it: every remote caller would share one scope.

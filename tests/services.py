@@ -190,7 +190,7 @@ async def proxy_to(url: str, default_port: int):  # type: ignore[no-untyped-def]
 # -- stores and workers shared by test_redis.py and test_postgres.py ------------------------------
 # Module-level functions, so that `multiprocessing` "spawn" children can import and run them.
 
-SCOPE_VALUE = "shared"
+SCOPE_VALUE = '["shared"]'
 """What `idemtools.scopes.shared` returns; the engine stores its SHA-256."""
 
 

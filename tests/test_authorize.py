@@ -185,3 +185,23 @@ async def test_no_check_costs_nothing_extra() -> None:
     tool = Tool()
     first = await engine.handle(keyed(ctx(), Policy.of()), tool)
     assert first.result is not None and tool.calls == 1
+
+
+@pytest.mark.parametrize("answer", [False, True, None])
+async def test_a_check_that_returns_false_refuses(answer: bool | None) -> None:
+    def check(context: CallContext) -> bool | None:
+        return answer
+
+    async def acheck(context: CallContext) -> bool | None:
+        return answer
+
+    for fn in (check, acheck):
+        engine = Engine(MemoryStore(), registry=Registry())
+        tool = Tool()
+        outcome = await engine.handle(keyed(ctx(), Policy.of(authorize=fn)), tool)
+        if answer is False:
+            assert outcome.error is not None
+            assert outcome.error["data"]["type"] == "idempotency_unauthorized"
+            assert tool.calls == 0
+        else:
+            assert outcome.result is not None and tool.calls == 1

@@ -25,6 +25,7 @@ from idemtools import (
     ScopeUnavailableError,
     StoreFullError,
     StoreUnavailableError,
+    UnauthorizedError,
 )
 from idemtools.errors import QuotaExceededError, error_from_data
 
@@ -34,6 +35,7 @@ ALL_REFUSALS: dict[str, type[RefusedError]] = {
     "idempotency_key_in_progress": InProgressError,
     "idempotency_key_conflict": ConflictError,
     "idempotency_scope_unavailable": ScopeUnavailableError,
+    "idempotency_unauthorized": UnauthorizedError,
     "idempotency_store_full": StoreFullError,
     "idempotency_quota_exceeded": QuotaExceededError,
     "idempotency_store_unavailable": StoreUnavailableError,

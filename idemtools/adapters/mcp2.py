@@ -17,6 +17,7 @@ retries across eras still gets a well-formed answer and never a second execution
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import anyio
@@ -34,6 +35,7 @@ from ..outcome import Outcome
 from ..policy import Policy, policy_of
 from ..scopes import (
     CallContext,
+    LocalTransport,
     Transport,
     declared_local_transport,
     local_transport,
@@ -90,7 +92,11 @@ def _transport(ctx: Any) -> Transport:
     kind = getattr(getattr(outbound, "transport", None), "kind", None)
     if kind == DIRECT_TRANSPORT_KIND:  # the SDK's in-process Client: no wire at all
         return "memory"
-    if kind == "jsonrpc":  # a stream pair: local only when declared (local_transport)
+    if kind == "jsonrpc":  # a stream pair: local only when identified as such
+        stream = getattr(getattr(outbound, "_dispatcher", None), "_write_stream", None)
+        entry = _LOCAL_STREAMS.get(id(stream)) if stream is not None else None
+        if entry is not None and entry[0] is stream:
+            return entry[1]
         return declared_local_transport() or "unknown"
     return "unknown"
 
@@ -306,21 +312,53 @@ class IdempotencyMiddleware:
         return outcome.result
 
 
-def _mark_local_entry_points(server: Any, lowlevel: Any) -> None:
-    """Declare `MCPServer.run_stdio_async` (and so `run("stdio")`) a local transport.
+_LOCAL_STREAMS: dict[int, tuple[Any, LocalTransport]] = {}
+"""id(write stream) → (the stream, its local transport), while a local `Server.run` serves it."""
 
-    mcp 2.x runs each request in the context of the task that sent it into the stream (the
-    stdio reader, started inside `stdio_server()`), so the declaration wraps the transport.
+_SDK_MEMORY_CALLERS = ("mcp/client/_memory.py", "mcp/shared/memory.py")
+
+
+def _mark_local_entry_points(server: Any, lowlevel: Any) -> None:
+    """Identify the SDK's own local transports positively, for `by_auth_subject`.
+
+    `MCPServer.run_stdio_async` (and so `run("stdio")`) is wrapped in `local_transport("stdio")`;
+    `lowlevel.run` called from the SDK's in-memory transport (`Client(server, mode="legacy")`)
+    is "memory"; a `lowlevel.run` started inside `local_transport(...)` is that transport. mcp
+    2.x runs each request in the context of the task that *sent* it, not of `run`, so the
+    verdict is kept by the write stream `run` serves, which the request's dispatcher holds.
     """
     run_stdio = getattr(server, "run_stdio_async", None)
-    if run_stdio is None or server is lowlevel:
-        return
+    if run_stdio is not None and server is not lowlevel:
 
-    async def run_stdio_async() -> None:
-        with local_transport("stdio"):
-            await run_stdio()
+        async def run_stdio_async() -> None:
+            with local_transport("stdio"):
+                await run_stdio()
 
-    server.run_stdio_async = run_stdio_async
+        server.run_stdio_async = run_stdio_async
+    original_run = lowlevel.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        kind = declared_local_transport()
+        if kind is None:
+            caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
+            kind = "memory" if caller.endswith(_SDK_MEMORY_CALLERS) else None
+        coro = original_run(*args, **kwargs)
+        stream = args[1] if len(args) > 1 else kwargs.get("write_stream")
+        if kind is None or stream is None:
+            return coro
+        return _serve_local(kind, stream, coro)
+
+    lowlevel.run = run
+
+
+async def _serve_local(kind: LocalTransport, stream: Any, coro: Any) -> Any:
+    _LOCAL_STREAMS[id(stream)] = (stream, kind)
+    try:
+        return await coro
+    finally:
+        entry = _LOCAL_STREAMS.get(id(stream))
+        if entry is not None and entry[0] is stream:
+            del _LOCAL_STREAMS[id(stream)]
 
 
 def _advertise(result: Any) -> Any:

@@ -395,7 +395,8 @@ async def test_websocket_clients_never_share_the_local_users_scope() -> None:
 # -- local transports, positively identified ----------------------------------------------------
 
 
-async def test_unmarked_stream_pair_is_not_local() -> None:
+@pytest.mark.parametrize("declared", [False, True], ids=["undeclared", "declared"])
+async def test_a_raw_stream_pair_is_local_only_when_declared(declared: bool) -> None:
     from mcp.shared.memory import create_client_server_memory_streams
 
     from .harness import MemoryWire
@@ -407,7 +408,9 @@ async def test_unmarked_stream_pair_is_not_local() -> None:
         anyio.create_task_group() as tg,
     ):
         options = lowlevel.create_initialization_options()
-        tg.start_soon(lambda: lowlevel.run(s_read, s_write, options))
+        # declared around server.run() only: the client's sends below are outside the block
+        with idemtools.local_transport("memory") if declared else contextlib.nullcontext():
+            tg.start_soon(lambda: lowlevel.run(s_read, s_write, options))
         wire = MemoryWire(c_read, c_write)
         tg.start_soon(wire.pump)
         await wire.request(
@@ -420,10 +423,15 @@ async def test_unmarked_stream_pair_is_not_local() -> None:
         )
         await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         reply = await wire.call(keyed("charge", "k", amount=1))
+        again = await wire.call(keyed("charge", "k", amount=1))
         session = await wire.call(keyed("note", "k", text="a"))
         tg.cancel_scope.cancel()
-    assert error_type(reply) == "idempotency_scope_unavailable"
-    assert app.count("charge") == 0
+    if declared:
+        assert result_text(reply) == "charged 1 #1" and again["result"] == reply["result"]
+        assert app.count("charge") == 1
+    else:
+        assert error_type(reply) == "idempotency_scope_unavailable"
+        assert app.count("charge") == 0
     assert result_text(session) == "noted a #1"  # a session works on any transport with one
 
 
@@ -432,9 +440,10 @@ async def test_the_sdks_in_memory_client_is_local() -> None:
     if LINE == 2:
         from mcp.client.client import Client
 
-        async with Client(app.server) as client:
-            r1 = await call_tool(client, "charge", {"amount": 2}, idempotency_key="k")
-            r2 = await call_tool(client, "charge", {"amount": 2}, idempotency_key="k")
+        for mode in ("legacy", "auto"):  # stream loop, and the in-process dispatcher
+            async with Client(app.server, mode=mode) as client:
+                r1 = await call_tool(client, "charge", {"amount": 2}, idempotency_key="k")
+                r2 = await call_tool(client, "charge", {"amount": 2}, idempotency_key="k")
     else:
         from mcp.shared.memory import create_connected_server_and_client_session
 
