@@ -130,7 +130,7 @@ class LeaseKeeper:
         held = Lease(next(self._ids), scope, key, owner, lease, due, loop)
         with self._lock:
             if self._closing:
-                raise RuntimeError("the lease keeper is closed")
+                return held  # shutting down: the engine refuses new calls; nothing to renew
             self._live[held.ident] = held
             wake = self._target is None or due < self._target
             if wake:
