@@ -471,7 +471,9 @@ class Engine:
         restart, a database failover) gets the record and no retry runs the tool again."""
         deadline = anyio.current_time() + (self.record_retry_for if retry else 0.0)
         pause = 0.05
+        attempts = 0
         while True:
+            attempts += 1
             try:
                 return await self.store.complete(
                     ex.scope,
@@ -485,7 +487,9 @@ class Engine:
                 refused = isinstance(exc, RefusedError)
                 if refused and not isinstance(exc, StoreUnavailableError):
                     raise  # a decision (store full, corrupt record), not an outage
-                if anyio.current_time() + pause > deadline:
+                # A failed attempt may itself have taken the whole window (a timeout): with
+                # retries on, two more follow in any case.
+                if anyio.current_time() + pause > deadline and (not retry or attempts >= 3):
                     raise
                 self.stats.store_errors += 1
                 log.warning(

@@ -63,7 +63,7 @@ import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis import exceptions as redis_errors
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -367,8 +367,10 @@ class RedisStore:
             for name, value in pool.connection_kwargs.items()
             if not name.startswith(_POOL_PRIVATE)  # bound to the original pool
         }
-        keeper_pool = type(pool)(
-            connection_class=pool.connection_class, max_connections=4, **settings
+        # Blocking: renewals due together wait for one of the few connections instead of
+        # failing with MaxConnectionsError (which the soak test saw lose leases).
+        keeper_pool = BlockingConnectionPool(
+            connection_class=pool.connection_class, max_connections=8, timeout=5, **settings
         )
         client = Redis(connection_pool=keeper_pool)
         keeper = RedisStore(
