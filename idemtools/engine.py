@@ -424,6 +424,10 @@ class Engine:
     async def _finish(self, ex: _Execution, outcome: Outcome, *, strict: bool = False) -> None:
         """Record (or release) the outcome. Failures are logged, unless `strict` re-raises."""
         key = ex.key
+        if ex.held is not None:
+            # From here a renewal may find the record completed: that is no lost claim (the
+            # engine itself reports one if `complete` is refused).
+            ex.held.claimed = False
         try:
             if not outcome.final:
                 await self.store.release(ex.scope, key, ex.owner)

@@ -78,7 +78,8 @@ class Lease:
         self.done = False  # dropped by the engine: a renewal still under way is ignored
         self.renewing = False  # a renewal is under way: never two at once for one claim
         # Held before the claim is sent (the loop may block between the claim landing and the
-        # engine seeing the answer); until the engine confirms it, "not held" is no loss.
+        # engine seeing the answer); until the engine confirms it, "not held" is no loss. The
+        # engine clears it again while it records the outcome.
         self.claimed = False
 
 
