@@ -107,7 +107,7 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._live: dict[int, Lease] = {}
         self._ids = itertools.count()
-        self._target: float | None = None  # when the thread wakes next; None: it waits for us
+        self._target: float | None = None  # when the thread wakes next by itself
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -195,18 +195,20 @@ class LeaseKeeper:
                     for held in due:
                         held.due = now + held.lease / 3
                         held.renewing = True
-                    self._target = min((h.due for h in self._live.values()), default=None)
-                    target = self._target
+                    target = min((h.due for h in self._live.values()), default=None)
+                    if target is None:
+                        idle_since = now if idle_since is None else idle_since
+                        target = now + IDLE_EXIT
+                    else:
+                        idle_since = None
+                    # When this thread wakes by itself: `hold` wakes it earlier only for a
+                    # renewal due before then (not for every call: most end long before).
+                    self._target = target
                 for held in due:
                     task = asyncio.create_task(self._renew(store, held))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
-                if target is None and not due:
-                    idle_since = time.monotonic() if idle_since is None else idle_since
-                    timeout: float | None = IDLE_EXIT
-                else:
-                    idle_since = None
-                    timeout = None if target is None else max(0.0, target - time.monotonic())
+                timeout = max(0.0, target - time.monotonic())
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(wake.wait(), timeout)
         finally:

@@ -233,6 +233,15 @@ def sdk_session_id(session: object) -> str:
 
 # -- the strategies ---------------------------------------------------------------------------
 
+_SHARED = json.dumps(["shared"])
+
+
+@functools.lru_cache(maxsize=4096)
+def _tagged(tag: str, *parts: str | None) -> str:
+    # A server sees few distinct callers at a time: their scope values are remembered rather
+    # than encoded as JSON on every keyed call (bounded; the values are small).
+    return json.dumps([tag, *parts])
+
 
 @functools.cache
 def _local_identity() -> str:  # constant for the process; the lookup costs a passwd read
@@ -263,7 +272,7 @@ def by_auth_subject(ctx: CallContext) -> str:
     auth = ctx.auth
     if auth is not None:
         if auth.subject:
-            return json.dumps(["sub", auth.issuer, auth.subject])
+            return _tagged("sub", auth.issuer, auth.subject)
         raise ScopeUnavailableError(
             "this tool deduplicates per authenticated subject, and the request's access token "
             "carries no subject (the token verifier left AccessToken.subject unset; mcp "
@@ -291,7 +300,7 @@ def by_client_id(ctx: CallContext) -> str:
     its own principal (machine-to-machine). Every user of one client app shares its scope."""
     auth = ctx.auth
     if auth is not None and auth.client_id:
-        return json.dumps(["client", auth.issuer, auth.client_id])
+        return _tagged("client", auth.issuer, auth.client_id)
     raise ScopeUnavailableError(
         "this tool deduplicates per OAuth client, and the request carries no validated access "
         "token with a client id"
@@ -305,7 +314,7 @@ def per_session(ctx: CallContext) -> str:
     Unavailable where the SDK has no session: stateless HTTP and the 2026-07-28 era.
     """
     if ctx.session_id:
-        return json.dumps(["session", ctx.session_id])
+        return _tagged("session", ctx.session_id)
     raise ScopeUnavailableError(
         "this tool deduplicates per session, and the SDK holds no session for this request "
         "(stateless HTTP or the 2026-07-28 protocol era); choose another scope"
@@ -315,4 +324,4 @@ def per_session(ctx: CallContext) -> str:
 @_builtin("one scope shared by every caller (explicit opt-in)")
 def shared(ctx: CallContext) -> str:
     """Every caller shares one namespace: only for single-tenant servers that choose it."""
-    return json.dumps(["shared"])
+    return _SHARED

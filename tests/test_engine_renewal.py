@@ -259,6 +259,9 @@ def test_cancelled_caller_does_not_stop_the_call_or_its_renewal(backend: str) ->
             await anyio.sleep(0.1)
             tg.cancel_scope.cancel()  # the shielded call goes on to its record
         assert results in ([], [ok("charged")])  # the caller may see its cancellation
+        with anyio.fail_after(5):  # the call goes on without its caller, to its record
+            while store.completed_at is None:
+                await anyio.sleep(0.02)
         assert len(store.renewals) >= 2
         await no_renewal_after(store)
         assert await engine.handle(call(), sleeper(0, "again")) == ok("charged")
