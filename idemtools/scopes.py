@@ -314,7 +314,12 @@ def per_session(ctx: CallContext) -> str:
     Unavailable where the SDK has no session: stateless HTTP and the 2026-07-28 era.
     """
     if ctx.session_id:
-        return _tagged("session", ctx.session_id)
+        auth = ctx.auth
+        if auth is None:
+            return _tagged("session", ctx.session_id)
+        # Also the caller of this request: mcp 1.21-1.29 route another principal who presents
+        # a session id into that session, and that caller must not share its records.
+        return _tagged("session", ctx.session_id, auth.issuer, auth.subject, auth.client_id)
     raise ScopeUnavailableError(
         "this tool deduplicates per session, and the SDK holds no session for this request "
         "(stateless HTTP or the 2026-07-28 protocol era); choose another scope"

@@ -342,8 +342,12 @@ def _identity(strategy: str, ctx: CallContext) -> object:
         return ("local_user",) if ctx.transport in ("stdio", "memory") else None
     if strategy == "by_client_id":
         return ("client", auth.issuer, auth.client_id) if auth and auth.client_id else None
-    if strategy == "per_session":
-        return ("session", ctx.session_id) if ctx.session_id else None
+    if strategy == "per_session":  # the SDK's session, and the caller of the request in it
+        if not ctx.session_id:
+            return None
+        if auth is None:
+            return ("session", ctx.session_id)
+        return ("session", ctx.session_id, auth.issuer, auth.subject, auth.client_id)
     if strategy == "custom":  # a user function returning whatever the client controls
         return ("custom", ctx.session_id) if ctx.session_id else None
     return (strategy,)  # shared, local_user: one value each

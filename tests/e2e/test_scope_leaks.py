@@ -301,12 +301,14 @@ async def test_per_session_on_stateful_http_is_the_sdks_session(era: str) -> Non
     assert result_text(a1) == "noted a #1" and result_text(b1) == "noted a #2"
     assert a2["result"] == a1["result"]
     if forged_status == 200 and "result" in forged:
-        # mcp 1.21-1.29 binds no session to its principal: the session is Alice's, and the
-        # per-session scope is hers. This is the SDK's session model, not idemtools'.
+        # mcp 1.21-1.29 bind no session to its principal and route Bob into Alice's session;
+        # the per-session scope also names the request's caller, so Bob's call is his own.
         assert LINE == 1
+        assert result_text(forged) == "noted a #3", forged
+        assert app.count("note") == 3
     else:
         assert forged_status in (400, 403, 404) or "error" in forged
-    assert app.count("note") == 2
+        assert app.count("note") == 2
 
 
 @contextlib.asynccontextmanager
