@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import anyio.to_thread
 
 from .canonical import CanonicalizationError, fingerprint
