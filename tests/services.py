@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import time
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
@@ -132,6 +133,7 @@ class TcpProxy:
     def __init__(self, target_host: str, target_port: int, *, delay: float = 0.0) -> None:
         self.target = (target_host, target_port)
         self.delay = delay  # seconds each chunk waits before it goes on to the server
+        self.received = 0  # chunks read from clients so far: a test waits for its request
         self.port = 0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -162,6 +164,8 @@ class TcpProxy:
         ) -> None:
             try:
                 while data := await src.read(65536):
+                    if upstream:
+                        self.received += 1
                     if upstream and self.delay:
                         await asyncio.sleep(self.delay)
                     dst.write(data)
@@ -174,6 +178,13 @@ class TcpProxy:
         await asyncio.gather(pipe(reader, up_writer, True), pipe(up_reader, writer, False))
         self._writers.discard(writer)
         self._writers.discard(up_writer)
+
+    async def wait_received(self, count: int, within: float = 10.0) -> None:
+        """Until `count` chunks have come from clients (a request is in the relay); bounded."""
+        deadline = time.monotonic() + within
+        while self.received < count:
+            assert time.monotonic() < deadline, "no request reached the relay"
+            await asyncio.sleep(0.005)
 
 
 @contextlib.asynccontextmanager

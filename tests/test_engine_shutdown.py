@@ -37,12 +37,19 @@ def ok(text: str) -> Outcome:
 
 
 class Tool:
-    def __init__(self, seconds: float = 0.0) -> None:
+    """Counts its runs; with `gated`, each run waits until `gate` is set (no timing guesses)."""
+
+    def __init__(self, seconds: float = 0.0, *, gated: bool = False) -> None:
         self.calls = 0
         self.seconds = seconds
+        self.started = anyio.Event()
+        self.gate = anyio.Event() if gated else None
 
     async def __call__(self) -> Outcome:
         self.calls += 1
+        self.started.set()
+        if self.gate is not None:
+            await self.gate.wait()
         await anyio.sleep(self.seconds)
         return ok(f"run {self.calls}")
 
@@ -58,9 +65,11 @@ async def _slow_redis_engine(proxy_port: int) -> tuple[Engine, RedisStore, Redis
     direct = RedisStore.from_url(url, prefix=prefix)  # to look at the record without delay
     engine = Engine(slow, registry=Registry())
     engine.release_retry_delay = 0.2
-    # Connect first, so the cancellation below catches the claim itself in the relay, not
-    # redis-py's connection handshake.
+    # Connect and load the scripts first, so the cancellation below catches the claim itself in
+    # the relay, not redis-py's handshake nor an EVALSHA answered NOSCRIPT (which never lands).
     await slow.get("warm-up", "warm-up")
+    assert (await slow.claim("warm-up", "warm-up", "f", "o", 5)).claimed
+    assert await slow.release("warm-up", "warm-up", "o")
     return engine, slow, direct
 
 
@@ -94,13 +103,18 @@ async def test_anyio_cancel_during_claim_releases_the_key() -> None:
         async def caller() -> None:
             results.append(await engine.handle(call("k"), tool))
 
+        sent = proxy.received
         async with anyio.create_task_group() as tg:
             tg.start_soon(caller)
-            await anyio.sleep(DELAY / 2)  # the claim is in the relay now
+            await proxy.wait_received(sent + 1)  # the claim is in the relay now
             tg.cancel_scope.cancel()
         assert results == [] and tool.calls == 0
         scope = await _scope_of(engine)
         await _settles_free(direct, scope, "k", within=4 * DELAY)
+        # The store may show the key free a moment before the releasing task reads the answer.
+        deadline = time.monotonic() + 2
+        while engine.stats.released == 0 and time.monotonic() < deadline:
+            await anyio.sleep(0.01)
         assert engine.stats.released == 1
         # The retry is not told "in progress" for a lease: it runs, once.
         proxy.delay = 0
@@ -117,8 +131,9 @@ async def test_native_task_cancel_during_claim_releases_the_key() -> None:
         engine, slow, direct = await _slow_redis_engine(proxy.port)
         proxy.delay = DELAY
         tool = Tool()
+        sent = proxy.received
         task = asyncio.get_running_loop().create_task(engine.handle(call("k"), tool))
-        await asyncio.sleep(DELAY / 2)
+        await proxy.wait_received(sent + 1)  # the claim is in the relay now
         task.cancel()  # goes through any anyio shield
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -139,7 +154,7 @@ async def test_native_task_cancel_during_claim_releases_the_key() -> None:
 async def test_aclose_drains_running_calls_before_closing_the_store(tmp_path: Path) -> None:
     path = tmp_path / "drain.sqlite"
     engine = Engine(SQLiteStore(path), registry=Registry())
-    tool = Tool(seconds=0.5)
+    tool = Tool(gated=True)
     results: list[Outcome] = []
 
     async def caller() -> None:
@@ -147,7 +162,8 @@ async def test_aclose_drains_running_calls_before_closing_the_store(tmp_path: Pa
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(caller)
-        await anyio.sleep(0.1)
+        with anyio.fail_after(10):
+            await tool.started.wait()
         assert engine.executing == 1
         closing = anyio.Event()
 
@@ -156,12 +172,16 @@ async def test_aclose_drains_running_calls_before_closing_the_store(tmp_path: Pa
             closing.set()
 
         tg.start_soon(close)
-        await anyio.sleep(0.05)
+        with anyio.fail_after(10):
+            while not engine._closing:
+                await anyio.sleep(0.01)
         # A new keyed call during the drain is refused, not run.
         refused = await engine.handle(call("other"), tool)
         assert refused.error is not None
         assert refused.error["data"]["type"] == "idempotency_store_unavailable"
         assert "shutting down" in refused.error["message"]
+        assert not closing.is_set(), "the drain waits for the running call"
+        tool.gate.set()  # type: ignore[union-attr]
     assert results == [ok("run 1")] and tool.calls == 1
     reopened = SQLiteStore(path)
     scope = await _scope_of(engine)
@@ -174,15 +194,17 @@ async def test_aclose_gives_up_after_the_grace_and_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     engine = Engine(SQLiteStore(tmp_path / "grace.sqlite"), registry=Registry())
-    tool = Tool(seconds=1.0)
+    tool = Tool(gated=True)
     with caplog.at_level(logging.ERROR, logger="idemtools"):
         async with anyio.create_task_group() as tg:
             tg.start_soon(engine.handle, call("k"), tool)
-            await anyio.sleep(0.1)
+            with anyio.fail_after(10):
+                await tool.started.wait()
             started = time.monotonic()
             drained = await engine.drain(grace=0.2)
             assert drained is False
-            assert time.monotonic() - started < 0.8
+            assert time.monotonic() - started < 5, "gave up after the grace, not the call"
+            tool.gate.set()  # type: ignore[union-attr]
     assert any("still running" in r.getMessage() for r in caplog.records)
     await engine.aclose(grace=0)
 
