@@ -24,12 +24,14 @@ from .scopes import AuthorizeFn, CallContext, Scope, ScopeFn, _as_scope, by_auth
 
 __all__ = [
     "DEFAULT_POLICY",
+    "TOOL_META_KEY",
     "Policy",
     "Registry",
     "authorize_call",
     "default_registry",
     "idempotent",
     "policy_of",
+    "tool_metadata",
 ]
 
 log = logging.getLogger("idemtools")
@@ -129,6 +131,21 @@ class Policy:
 
 
 DEFAULT_POLICY = Policy()
+
+TOOL_META_KEY = "io.github.idemtools/idempotency"
+"""The `_meta` key of a tool's idempotency metadata in `tools/list` (opt-in, see `install`)."""
+
+
+def tool_metadata(policy: Policy) -> dict[str, Any]:
+    """What `tools/list` publishes for a tool under `_meta[TOOL_META_KEY]`, transport-free.
+
+    Why: the SEP leaves per-tool idempotency metadata as future work, yet a client deciding
+    at run time whether a retry is safe needs two facts: how long the server replays an answer
+    (`retentionSeconds`, rounded down, so a client never relies on more than is kept) and
+    whose records a key can match (`scope`, the `Scope.kind`: "auth_subject", "session",
+    "shared", ...). Every adapter builds the value here, so all of them publish the same shape.
+    """
+    return {"retentionSeconds": int(policy.retention), "scope": policy.scope.kind}
 
 
 def _checked_authorize(check: AuthorizeFn | None) -> AuthorizeFn | None:
