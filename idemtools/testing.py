@@ -128,7 +128,7 @@ async def assert_protected(
         raise NotProtectedError(
             f"{type(server).__name__} does not advertise capabilities.tools.idempotency: "
             "keyed retries run twice on it. Call idemtools.install(server) before the "
-            "server starts serving (it is not called on this server object)"
+            "server starts serving (idemtools is not installed on this server object)"
             if installation is None
             else f"{type(server).__name__} has idemtools installed but does not advertise "
             "capabilities.tools.idempotency over the in-memory transport"
