@@ -169,12 +169,19 @@ async def call_tool(
     `RefusedError` subclasses for refusals that a retry cannot fix, and the last transport or
     timeout error when every attempt is spent.
     """
-    if idempotency_key is _REQUIRED:
+    # None too: it used to mean "make one up", and sent as is it would make an unkeyed call
+    # that every retry runs again.
+    if idempotency_key is _REQUIRED or idempotency_key is None:
         raise TypeError(
             "call_tool() needs idempotency_key=: the key names one logical operation, so the "
             "caller chooses it and reuses it for every retry of that operation. For a new "
             "operation pass idempotency_key=new_key() and keep the value (idemtools.client no "
             "longer makes a key up when none is given)"
+        )
+    if not isinstance(idempotency_key, str):
+        raise TypeError(
+            f"idempotency_key must be a str, got {type(idempotency_key).__name__}: "
+            "use new_key(), or your operation's own id as text"
         )
     key = idempotency_key
     policy = retry if retry is not None else RetryPolicy()

@@ -69,14 +69,23 @@ def bare_server() -> tuple[Any, list[int]]:
 # -- the key is the caller's choice -------------------------------------------------------------
 
 
-async def test_a_call_without_a_key_is_refused_with_the_fix() -> None:
+@pytest.mark.parametrize("given", [{}, {"idempotency_key": None}])
+async def test_a_call_without_a_key_is_refused_with_the_fix(given: dict[str, Any]) -> None:
     app = make_app()
     async with connect(app.server) as session:
         with pytest.raises(TypeError) as caught:
-            await call_tool(session, "charge", {"amount": 1})
+            await call_tool(session, "charge", {"amount": 1}, **given)
     message = str(caught.value)
     assert "idempotency_key=" in message and "idempotency_key=new_key()" in message
     assert "no longer makes a key up" in message
+    assert app.count("charge") == 0
+
+
+async def test_a_key_that_is_not_text_is_refused() -> None:
+    app = make_app()
+    async with connect(app.server) as session:
+        with pytest.raises(TypeError, match="idempotency_key must be a str, got int"):
+            await call_tool(session, "charge", {"amount": 1}, idempotency_key=7)  # type: ignore[arg-type]
     assert app.count("charge") == 0
 
 
