@@ -5,7 +5,16 @@ built and sent by hand. And the retry rules are the point of the SEP: retry with
 after a lost response (transport loss, timeout) or an `idempotency_key_in_progress` refusal
 (after its `retryAfterMs`), never after a conflict, never forever.
 
+    key = new_key()  # one key per logical operation: keep it for every retry of it
     result = await call_tool(session, "charge", {"amount": 4200}, idempotency_key=key)
+
+The key is always the caller's choice: the helper never makes one up, because a key created
+inside the call cannot be reused by the caller's own retry after a crash or restart.
+
+Before sending, the helper checks that the server advertises `capabilities.tools.idempotency`
+(the SEP: a client relying on deduplication SHOULD): a server without it ignores the key and may
+run a retry twice, so the call is refused with `IdempotencyNotSupportedError` unless
+`require_capability=False`.
 
 `session` is a connected client session (mcp 1.x `ClientSession`; mcp 2.x `ClientSession` or
 `Client`), or an async callable returning one: with a callable, a lost transport is replaced by a
@@ -18,9 +27,12 @@ read. Import it before connecting.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
+import time
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +41,24 @@ import anyio
 
 from .adapters import SDK2
 from .engine import key_digest
-from .errors import InProgressError, StoreUnavailableError, error_from_data
+from .errors import (
+    IdempotencyNotSupportedError,
+    InProgressError,
+    StoreUnavailableError,
+    error_from_data,
+)
+from .policy import TOOL_META_KEY
 
-__all__ = ["NO_RETRY", "RetryPolicy", "advertises_idempotency", "call_tool", "new_key"]
+__all__ = [
+    "NO_RETRY",
+    "RetryPolicy",
+    "ToolIdempotency",
+    "advertises_idempotency",
+    "call_tool",
+    "list_tool_idempotency",
+    "new_key",
+    "tool_idempotency",
+]
 
 log = logging.getLogger("idemtools.client")
 
@@ -100,27 +127,69 @@ async def _session(source: SessionSource, fresh: bool, current: Any) -> Any:
     return source
 
 
+class _Required:
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+_REQUIRED: Any = _Required()
+
+
+def _unwrap(session: Any) -> Any:
+    """The `ClientSession` itself (a 2.x `Client` holds one); records are cached against it."""
+    return getattr(session, "session", session) if SDK2 else session
+
+
 async def call_tool(
     session: SessionSource,
     name: str,
     arguments: Mapping[str, Any] | None = None,
     *,
-    idempotency_key: str | None = None,
+    idempotency_key: str = _REQUIRED,
     retry: RetryPolicy | None = None,
+    require_capability: bool = True,
 ) -> Any:
     """Call a tool with an idempotency key, retrying lost answers with the same key.
+
+    Args:
+        idempotency_key: required. The key names one logical operation: create it once with
+            `new_key()` (or derive it from your own operation id), keep it, and pass the same
+            value on every retry, including one after your process restarts. Earlier versions
+            made a key up when none was given, which no later retry could ever reuse.
+        retry: how often and how long to retry (default `RetryPolicy()`; `NO_RETRY`: once).
+            When `tool_idempotency()` has read the tool's published retention, retries also
+            stop once the first attempt is older than it: after that the server no longer
+            remembers the key, and a retry could run the tool again.
+        require_capability: refuse (raise `IdempotencyNotSupportedError`) when the server
+            does not advertise `capabilities.tools.idempotency`; such a server ignores the key
+            and may run a retry twice. False sends the keyed call anyway.
 
     Returns the SDK's `CallToolResult` (an `isError` result is returned, not raised: the tool
     ran). Raises `ConflictError` at once when the key was used with other arguments, the other
     `RefusedError` subclasses for refusals that a retry cannot fix, and the last transport or
     timeout error when every attempt is spent.
     """
-    key = idempotency_key if idempotency_key is not None else new_key()
+    # None too: it used to mean "make one up", and sent as is it would make an unkeyed call
+    # that every retry runs again.
+    if idempotency_key is _REQUIRED or idempotency_key is None:
+        raise TypeError(
+            "call_tool() needs idempotency_key=: the key names one logical operation, so the "
+            "caller chooses it and reuses it for every retry of that operation. For a new "
+            "operation pass idempotency_key=new_key() and keep the value (idemtools.client no "
+            "longer makes a key up when none is given)"
+        )
+    if not isinstance(idempotency_key, str):
+        raise TypeError(
+            f"idempotency_key must be a str, got {type(idempotency_key).__name__}: "
+            "use new_key(), or your operation's own id as text"
+        )
+    key = idempotency_key
     policy = retry if retry is not None else RetryPolicy()
     args = dict(arguments) if arguments is not None else None
     current: Any = None
     fresh = True
     last: BaseException | None = None
+    started: float | None = None
     for attempt in range(policy.attempts):
         if attempt:
             # Keys are client data: logged as the same digest the server logs, never raw.
@@ -129,6 +198,10 @@ async def call_tool(
         try:
             current = await _session(session, fresh, current)
             fresh = False
+            if require_capability and not advertises_idempotency(current):
+                raise _not_supported(name)
+            if started is None:
+                started = time.monotonic()
             return await _sdk.send_call(current, name, args, key, policy.timeout)
         except _TRANSPORT_ERRORS as exc:
             last, fresh = exc, True
@@ -151,6 +224,108 @@ async def call_tool(
             else:
                 raise
         if attempt + 1 < policy.attempts:
+            known = _known_tool(current, name)
+            elapsed = time.monotonic() + delay - (started or time.monotonic())
+            if known is not None and started is not None and elapsed >= known.retention:
+                log.warning(
+                    "not retrying %s: its retention (%d s) would be over, and a retry could "
+                    "run it again key_digest=%s",
+                    name,
+                    known.retention,
+                    key_digest(key),
+                )
+                break
             await anyio.sleep(delay)
     assert last is not None
     raise last
+
+
+def _not_supported(name: str) -> IdempotencyNotSupportedError:
+    return IdempotencyNotSupportedError(
+        f"refused to call tool {name!r} with an idempotency key: the server does not advertise "
+        "capabilities.tools.idempotency, so it ignores the key and a retry may run the tool "
+        "twice. Install idemtools on the server (idemtools.install(server)), or pass "
+        "require_capability=False to call it anyway without that guarantee",
+        tool=name,
+    )
+
+
+# -- per-tool metadata (opt-in on the server: install(..., advertise_tool_metadata=True)) ------
+
+
+@dataclass(frozen=True)
+class ToolIdempotency:
+    """What a server published about one tool in `tools/list` (`_meta[TOOL_META_KEY]`).
+
+    Attributes:
+        retention: seconds the server replays a completed answer; a retry after that may run
+            the tool again (so `call_tool` stops retrying by then).
+        scope: whose records a key can match: "auth_subject", "client_id", "session",
+            "shared", "local_user", "custom" or "composite".
+    """
+
+    retention: int
+    scope: str
+
+    @classmethod
+    def from_meta(cls, meta: object) -> ToolIdempotency | None:
+        """Read a tool's `_meta`; None when it carries no (well-formed) idemtools metadata."""
+        value = meta.get(TOOL_META_KEY) if isinstance(meta, dict) else None
+        if not isinstance(value, dict):
+            return None
+        retention, scope = value.get("retentionSeconds"), value.get("scope")
+        if not isinstance(retention, int) or isinstance(retention, bool) or retention < 0:
+            return None
+        return cls(retention=retention, scope=scope if isinstance(scope, str) else "unknown")
+
+
+_TOOL_INFO: weakref.WeakKeyDictionary[Any, dict[str, ToolIdempotency]] = weakref.WeakKeyDictionary()
+_LIST_PAGE_CAP = 100
+
+
+def _known_tool(session: Any, name: str) -> ToolIdempotency | None:
+    if session is None:
+        return None
+    try:
+        return _TOOL_INFO.get(_unwrap(session), {}).get(name)
+    except TypeError:  # a session object that cannot be weakly referenced
+        return None
+
+
+async def list_tool_idempotency(session: Any) -> dict[str, ToolIdempotency]:
+    """Every tool's published idempotency metadata, by name (reads all of `tools/list`).
+
+    Tools without metadata are absent: the server did not opt in (`install(...,
+    advertise_tool_metadata=True)`), or it is not an idemtools server. The answer is kept for
+    this session, so that `call_tool` can stop retrying a tool once its retention is over.
+    """
+    found: dict[str, ToolIdempotency] = {}
+    cursor: str | None = None
+    for _ in range(_LIST_PAGE_CAP):
+        tools, cursor = await _sdk.list_tools_page(session, cursor)
+        for tool in tools:
+            info = ToolIdempotency.from_meta(getattr(tool, "meta", None))
+            if info is not None:
+                found[tool.name] = info
+        if cursor is None:
+            break
+    with contextlib.suppress(TypeError):  # a session that cannot be weakly referenced
+        _TOOL_INFO[_unwrap(session)] = found
+    return found
+
+
+async def tool_idempotency(
+    session: Any, name: str, *, refresh: bool = False
+) -> ToolIdempotency | None:
+    """One tool's published idempotency metadata, or None when the server publishes none.
+
+    Lists the tools once per session (again with `refresh=True`, e.g. after
+    `notifications/tools/list_changed`).
+    """
+    cached = None
+    if not refresh:
+        with contextlib.suppress(TypeError):
+            cached = _TOOL_INFO.get(_unwrap(session))
+    if cached is None:
+        cached = await list_tool_idempotency(session)
+    return cached.get(name)

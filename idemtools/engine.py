@@ -154,7 +154,7 @@ class Engine:
 
     def refusal(self, error: RefusedError) -> Outcome:
         """The JSON-RPC error outcome for a refusal; `data.type` tells clients which one."""
-        return Outcome.of_error(self.codes.code_for(error.type), error.message, error.data())
+        return Outcome.of_error(self.codes.code_for(error.type), error.message, error.data)
 
     def check_key(self, key: object) -> str:
         if not isinstance(key, str) or not 1 <= len(key) <= self.max_key_length:

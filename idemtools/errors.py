@@ -13,7 +13,11 @@
     │   ├── StoreUnavailableError         idempotency_store_unavailable
     │   ├── RecordCorruptError            idempotency_record_corrupt
     │   └── OutcomeTooLargeError          idempotency_outcome_too_large (replayed in its place)
-    └── InstallError                      install() could not make a server safe
+    ├── InstallError                      install() could not make a server safe
+    └── IdempotencyNotSupportedError      client side: the server does not advertise the capability
+
+Every error exposes plain attributes (`message`, `key`, `data`, `retry_after_ms`), so printing
+one or reading it in a debugger shows values, never bound methods.
 
 Clients are meant to read `error.data.type`; the JSON-RPC codes are configurable
 (`ErrorCodes`) because the SEP defines none. Store implementations raise `StoreFullError`,
@@ -32,6 +36,7 @@ __all__ = [
     "ConflictError",
     "ErrorCodes",
     "IdempotencyError",
+    "IdempotencyNotSupportedError",
     "InProgressError",
     "InstallError",
     "KeyInvalidError",
@@ -82,6 +87,20 @@ class InstallError(IdempotencyError):
     """`install()` could not make the server safe; it refuses rather than leave it unprotected."""
 
 
+class IdempotencyNotSupportedError(IdempotencyError):
+    """Client side: the server does not advertise `capabilities.tools.idempotency`.
+
+    Raised by `idemtools.client.call_tool` before anything is sent. Such a server ignores the
+    key, so a retry may run the tool twice; the SEP says a client that relies on deduplication
+    SHOULD check the capability. Pass `require_capability=False` to send the call anyway.
+    """
+
+    def __init__(self, message: str, *, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.tool = tool
+
+
 class RefusedError(IdempotencyError):
     """A keyed call refused before its tool ran; becomes a JSON-RPC error with `data.type`."""
 
@@ -92,9 +111,13 @@ class RefusedError(IdempotencyError):
         self.message = message
         self.key = key
 
+    @property
     def data(self) -> dict[str, Any]:
-        """The `error.data` object sent to the client."""
+        """The `error.data` object sent to the client (a plain dict, built from the attributes)."""
         return {"type": self.type, "idempotencyKey": _truncate(self.key)}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, data={self.data!r})"
 
 
 class KeyInvalidError(RefusedError):
@@ -118,8 +141,9 @@ class InProgressError(RefusedError):
         super().__init__(message, key=key)
         self.retry_after_ms = retry_after_ms
 
+    @property
     def data(self) -> dict[str, Any]:
-        return {**super().data(), "retryAfterMs": self.retry_after_ms}
+        return {**super().data, "retryAfterMs": self.retry_after_ms}
 
 
 class ConflictError(RefusedError):

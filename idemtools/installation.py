@@ -143,6 +143,7 @@ def install(
     mark_replays: bool = False,
     declare_field: bool = True,
     authorize: AuthorizeFn | None = None,
+    advertise_tool_metadata: bool = False,
 ) -> Installation:
     """Make every keyed `tools/call` on `server` idempotent, per SEP-3182.
 
@@ -163,6 +164,12 @@ def install(
             replay and execution of a keyed call; if it raises, the call is refused with
             `idempotency_unauthorized`. Needed whenever tools authorize inside their handlers:
             a replay never reaches the handler.
+        advertise_tool_metadata: also publish each tool's policy in `tools/list`, as
+            `_meta["io.github.idemtools/idempotency"] = {"retentionSeconds": int, "scope":
+            kind}`, so a client can tell at run time how long a retry stays safe (the SEP
+            names per-tool metadata as future work). Off by default: it reveals retention and
+            scope kinds to every client that lists tools. `idemtools.client.tool_idempotency`
+            reads it.
 
     Raises:
         InstallError: the server type is not supported, idemtools is already installed on it,
@@ -186,6 +193,8 @@ def install(
     )
     from .adapters import adapt
 
-    installation = adapt(server, engine, declare_field=declare_field)
+    installation = adapt(
+        server, engine, declare_field=declare_field, tool_metadata=advertise_tool_metadata
+    )
     setattr(server, _ATTR, installation)
     return installation

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
+import numbers
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -22,12 +24,14 @@ from .scopes import AuthorizeFn, CallContext, Scope, ScopeFn, _as_scope, by_auth
 
 __all__ = [
     "DEFAULT_POLICY",
+    "TOOL_META_KEY",
     "Policy",
     "Registry",
     "authorize_call",
     "default_registry",
     "idempotent",
     "policy_of",
+    "tool_metadata",
 ]
 
 log = logging.getLogger("idemtools")
@@ -37,10 +41,32 @@ F = TypeVar("F", bound=Callable[..., Any])
 _ATTR = "__idemtools_policy__"
 
 
-def _seconds(value: timedelta | float, what: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not seconds > 0:
-        raise ValueError(f"{what} must be positive, got {value!r}")
+_DURATION_TYPES = "a datetime.timedelta or a number of seconds (int or float)"
+
+
+def _seconds(value: object, what: str) -> float:
+    """A duration option as seconds; the error names the option and what it accepts.
+
+    Why by hand: `float(value)` accepted `"60"` and answered `"24h"` with "could not convert
+    string to float", and `None` with a bare TypeError, none of which says which option.
+    """
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        hint = (
+            "; strings are not parsed: write e.g. timedelta(hours=24) or 86400"
+            if isinstance(value, str)
+            else ""
+        )
+        raise TypeError(
+            f"{what} must be {_DURATION_TYPES}, got {value!r} ({type(value).__name__}){hint}"
+        )
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(
+            f"{what} must be a positive, finite duration ({_DURATION_TYPES}), got {value!r}"
+        )
     return seconds
 
 
@@ -94,11 +120,32 @@ class Policy:
             authorize=_checked_authorize(authorize),
         )
 
+    def __post_init__(self) -> None:
+        # `Policy(retention="24h")` is refused here, naming the field, not when a store first
+        # computes an expiry from it; a timedelta given directly is accepted and stored as seconds.
+        object.__setattr__(self, "retention", _seconds(self.retention, "retention"))
+        object.__setattr__(self, "lease", _seconds(self.lease, "lease"))
+
     def with_name(self, name: str) -> Policy:
         return replace(self, name=name)
 
 
 DEFAULT_POLICY = Policy()
+
+TOOL_META_KEY = "io.github.idemtools/idempotency"
+"""The `_meta` key of a tool's idempotency metadata in `tools/list` (opt-in, see `install`)."""
+
+
+def tool_metadata(policy: Policy) -> dict[str, Any]:
+    """What `tools/list` publishes for a tool under `_meta[TOOL_META_KEY]`, transport-free.
+
+    Why: the SEP leaves per-tool idempotency metadata as future work, yet a client deciding
+    at run time whether a retry is safe needs two facts: how long the server replays an answer
+    (`retentionSeconds`, rounded down, so a client never relies on more than is kept) and
+    whose records a key can match (`scope`, the `Scope.kind`: "auth_subject", "session",
+    "shared", ...). Every adapter builds the value here, so all of them publish the same shape.
+    """
+    return {"retentionSeconds": int(policy.retention), "scope": policy.scope.kind}
 
 
 def _checked_authorize(check: AuthorizeFn | None) -> AuthorizeFn | None:

@@ -108,10 +108,16 @@ class Scope:
     equal a built-in strategy's value, whatever string it returns.
     """
 
-    def __init__(self, fn: ScopeFn, description: str, *, _builtin: bool = False) -> None:
+    def __init__(
+        self, fn: ScopeFn, description: str, *, _builtin: bool = False, kind: str = "custom"
+    ) -> None:
         self._fn = fn
         self._builtin = _builtin
         self.description = description
+        self.kind = kind
+        """A short machine name for what the scope is keyed on, published in `tools/list`
+        metadata: "auth_subject", "client_id", "session", "shared", "local_user", "custom"
+        (a strategy of your own) or "composite" (built with `|` or `&`)."""
 
     def __call__(self, ctx: CallContext) -> str:
         value = self._fn(ctx)
@@ -133,7 +139,10 @@ class Scope:
                 return second(ctx)
 
         return Scope(
-            first_available, f"{self.description}, else {second.description}", _builtin=True
+            first_available,
+            f"{self.description}, else {second.description}",
+            _builtin=True,
+            kind="composite",
         )
 
     def __and__(self, other: Scope | ScopeFn) -> Scope:
@@ -143,7 +152,9 @@ class Scope:
             # JSON, not a separator: no pair of values can spell another pair.
             return json.dumps(["both", self(ctx), second(ctx)])
 
-        return Scope(both, f"{self.description} and {second.description}", _builtin=True)
+        return Scope(
+            both, f"{self.description} and {second.description}", _builtin=True, kind="composite"
+        )
 
     def __repr__(self) -> str:
         return f"Scope({self.description!r})"
@@ -169,9 +180,18 @@ def _as_scope(value: Scope | ScopeFn) -> Scope:
     return Scope(value, getattr(value, "__name__", "custom scope"))
 
 
+_KINDS = {
+    "by_auth_subject": "auth_subject",
+    "by_client_id": "client_id",
+    "per_session": "session",
+    "shared": "shared",
+    "local_user": "local_user",
+}
+
+
 def _builtin(description: str) -> Callable[[ScopeFn], Scope]:
     def wrap(fn: ScopeFn) -> Scope:
-        return Scope(fn, description, _builtin=True)
+        return Scope(fn, description, _builtin=True, kind=_KINDS[fn.__name__])
 
     return wrap
 

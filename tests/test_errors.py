@@ -82,7 +82,7 @@ def test_data_round_trip(error_type: str, cls: type[RefusedError]) -> None:
         if cls is InProgressError
         else cls("m", key="k")
     )
-    data = error.data()
+    data = error.data
     assert data["type"] == error_type
     assert data["idempotencyKey"] == "k"
     if cls is InProgressError:
@@ -93,7 +93,7 @@ def test_data_round_trip(error_type: str, cls: type[RefusedError]) -> None:
     rebuilt = error_from_data("m", wire)
     assert type(rebuilt) is cls
     assert rebuilt is not None
-    assert rebuilt.data() == data
+    assert rebuilt.data == data
     assert rebuilt.key == "k"
     assert str(rebuilt) == "m"
 
@@ -109,9 +109,9 @@ def test_data_round_trip_property(error_type: str, key: str, retry: int) -> None
         if cls is not InProgressError
         else InProgressError("m", key=key, retry_after_ms=retry)
     )
-    rebuilt = error_from_data("m", error.data())
+    rebuilt = error_from_data("m", error.data)
     assert rebuilt is not None and type(rebuilt) is cls
-    assert rebuilt.data() == error.data()
+    assert rebuilt.data == error.data
 
 
 @pytest.mark.parametrize(
@@ -202,19 +202,37 @@ def test_unknown_type_gets_internal_error(unknown: str) -> None:
     ],
 )
 def test_key_echo(key: object, echo: object) -> None:
-    assert KeyInvalidError("m", key=key).data()["idempotencyKey"] == echo
+    assert KeyInvalidError("m", key=key).data["idempotencyKey"] == echo
 
 
 def test_key_echo_of_non_json_objects_does_not_fail() -> None:
-    echo = KeyInvalidError("m", key={"x": object()}).data()["idempotencyKey"]
+    echo = KeyInvalidError("m", key={"x": object()}).data["idempotencyKey"]
     assert isinstance(echo, str) and len(echo) <= 65
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=300))
 def test_key_echo_is_a_prefix_of_at_most_64_characters(key: str) -> None:
-    echo = ConflictError("m", key=key).data()["idempotencyKey"]
+    echo = ConflictError("m", key=key).data["idempotencyKey"]
     if len(key) <= 64:
         assert echo == key
     else:
         assert echo == key[:64] + "…"
+
+
+@pytest.mark.parametrize(("error_type", "cls"), sorted(ALL_REFUSALS.items()))
+def test_data_is_a_plain_attribute(error_type: str, cls: type[RefusedError]) -> None:
+    # Issue 11: `error.data` printed as `<bound method ...>`; it is a value now, like `key`.
+    error = cls("m", key="k-1")
+    assert isinstance(error.data, dict)
+    assert error.data["type"] == error_type
+    shown = f"{error.data} {error!r}"
+    assert "bound method" not in shown
+    assert error_type in repr(error) and "k-1" in repr(error)
+
+
+def test_not_supported_error_is_client_side() -> None:
+    assert issubclass(idemtools.IdempotencyNotSupportedError, IdempotencyError)
+    assert not issubclass(idemtools.IdempotencyNotSupportedError, RefusedError)
+    error = idemtools.IdempotencyNotSupportedError("no capability", tool="charge")
+    assert (error.message, error.tool) == ("no capability", "charge")

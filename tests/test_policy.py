@@ -12,6 +12,8 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import Field
 
 from idemtools import (
@@ -380,3 +382,55 @@ def test_decorator_order_does_not_change_the_schema(
     assert _tool_info(above_server, "transfer") == expected
     assert policy_of(idem_below) is not None
     assert policy_of(above_result) is not None
+
+
+# -- issue 11: a wrong duration names the option and what it accepts ---------------------------
+
+_ACCEPTS = "a datetime.timedelta or a number of seconds (int or float)"
+
+
+@pytest.mark.parametrize("option", ["retention", "lease"])
+@pytest.mark.parametrize("bad", ["24h", "60", None, True, False, [60], b"60", object()])
+def test_wrong_duration_type_names_the_option(option: str, bad: object) -> None:
+    for build in (
+        lambda: Policy.of(**{option: bad}),
+        lambda: idempotent(registry=Registry(), **{option: bad}),
+        lambda: Policy(**{option: bad}),
+    ):
+        with pytest.raises(TypeError) as caught:
+            build()
+        message = str(caught.value)
+        assert message.startswith(f"{option} must be {_ACCEPTS}, got {bad!r}")
+        assert "could not convert" not in message
+        if isinstance(bad, str):
+            assert "timedelta(hours=24)" in message
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["retention", "lease"]),
+    st.one_of(
+        st.floats(max_value=0) | st.just(math.inf) | st.just(math.nan),
+        st.integers(max_value=0),
+        st.timedeltas(max_value=timedelta(0)),
+    ),
+)
+def test_non_positive_or_infinite_durations_name_the_option(option: str, bad: object) -> None:
+    with pytest.raises(ValueError) as caught:
+        Policy.of(**{option: bad})
+    assert str(caught.value).startswith(f"{option} must be a positive, finite duration")
+    assert _ACCEPTS in str(caught.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        st.floats(min_value=1e-3, max_value=1e9),
+        st.integers(1, 10**9),
+        st.timedeltas(min_value=timedelta(milliseconds=1), max_value=timedelta(days=3650)),
+    )
+)
+def test_positive_durations_become_seconds(value: float | timedelta) -> None:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    assert Policy.of(retention=value).retention == seconds
+    assert Policy(retention=value).retention == seconds  # type: ignore[arg-type]

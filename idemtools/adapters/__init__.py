@@ -29,18 +29,24 @@ SDK2 = sdk_line() == 2
 """mypy checks one SDK line per run: `--always-true SDK2` on 2.x, `--always-false SDK2` on 1.x."""
 
 
-def adapt(server: Any, engine: Engine, *, declare_field: bool) -> Installation:
+def adapt(
+    server: Any, engine: Engine, *, declare_field: bool, tool_metadata: bool = False
+) -> Installation:
     lowlevel = getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", None)
     target = lowlevel if lowlevel is not None else server
     if SDK2:
         if isinstance(getattr(target, "middleware", None), list):
             from .mcp2 import adapt as adapt2
 
-            return adapt2(server, target, engine, declare_field=declare_field)
+            return adapt2(
+                server, target, engine, declare_field=declare_field, tool_metadata=tool_metadata
+            )
     elif isinstance(getattr(target, "request_handlers", None), dict):
         from .mcp1 import adapt as adapt1
 
-        return adapt1(server, target, engine, declare_field=declare_field)
+        return adapt1(
+            server, target, engine, declare_field=declare_field, tool_metadata=tool_metadata
+        )
     raise InstallError(
         f"idemtools cannot install on {type(server).__name__}: expected FastMCP or the low-level "
         "Server (mcp 1.x), or MCPServer or the low-level Server (mcp 2.x), from the installed "

@@ -31,7 +31,8 @@ from ..engine import Engine, ToolCall
 from ..errors import InstallError
 from ..installation import Installation
 from ..outcome import Outcome
-from ..policy import Policy, policy_of
+from ..policy import TOOL_META_KEY, Policy, policy_of
+from ..policy import tool_metadata as policy_tool_metadata
 from ..scopes import (
     CallContext,
     Transport,
@@ -155,17 +156,22 @@ def _result_model(result: dict[str, Any]) -> type[Any]:
 
 
 class _Guard(dict):  # type: ignore[type-arg]
-    """`request_handlers` that wraps any `tools/call` handler registered after install()."""
+    """`request_handlers` that wraps any `tools/call` handler registered after install()
+    (and the `tools/list` handler, when tool metadata is published)."""
 
-    def __init__(self, base: dict[Any, Any], wrap: Callable[[Handler], Handler]) -> None:
+    def __init__(
+        self, base: dict[Any, Any], wraps: dict[Any, Callable[[Handler], Handler]]
+    ) -> None:
         super().__init__(base)
-        self._wrap = wrap
-        if types.CallToolRequest in self:
-            self[types.CallToolRequest] = self[types.CallToolRequest]
+        self._wraps = wraps
+        for request_type in wraps:
+            if request_type in self:
+                self[request_type] = self[request_type]
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        if key is types.CallToolRequest and not getattr(value, _MARK, False):
-            value = self._wrap(value)
+        wrap = self._wraps.get(key)
+        if wrap is not None and not getattr(value, _MARK, False):
+            value = wrap(value)
         super().__setitem__(key, value)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
@@ -178,7 +184,9 @@ class _Guard(dict):  # type: ignore[type-arg]
         return self[key]
 
 
-def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) -> Installation:
+def adapt(
+    server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool, tool_metadata: bool = False
+) -> Installation:
     if getattr(lowlevel, "__idemtools_guard__", False):
         raise InstallError("idemtools is already installed on this server")
     if declare_field:
@@ -272,14 +280,36 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
         call_tool.__wrapped__ = inner  # type: ignore[attr-defined]
         return call_tool
 
-    guard = _Guard(lowlevel.request_handlers, wrap)
+    def with_metadata(tool: Any) -> Any:
+        found = tool_manager.get_tool(tool.name) if tool_manager is not None else None
+        policy = engine.policy_for(tool.name, policy_of(getattr(found, "fn", None)))
+        meta = {**(tool.meta or {}), TOOL_META_KEY: policy_tool_metadata(policy)}
+        return tool.model_copy(update={"meta": meta})  # never edit the server's own Tool
+
+    def wrap_list(inner: Handler) -> Handler:
+        async def list_tools(req: Any) -> Any:
+            result = await inner(req)
+            root: Any = getattr(result, "root", result)
+            if not isinstance(root, types.ListToolsResult):
+                return result
+            listed = root.model_copy(update={"tools": [with_metadata(t) for t in root.tools]})
+            return types.ServerResult(listed) if root is not result else listed
+
+        setattr(list_tools, _MARK, True)
+        list_tools.__wrapped__ = inner  # type: ignore[attr-defined]
+        return list_tools
+
+    wraps: dict[Any, Callable[[Handler], Handler]] = {types.CallToolRequest: wrap}
+    if tool_metadata:
+        wraps[types.ListToolsRequest] = wrap_list
+    guard = _Guard(lowlevel.request_handlers, wraps)
     lowlevel.request_handlers = guard
     original_caps = lowlevel.get_capabilities
 
     def get_capabilities(*args: Any, **kwargs: Any) -> Any:
         # Every initialize passes here: re-guard a handler dict someone replaced wholesale.
         if not isinstance(lowlevel.request_handlers, _Guard):
-            lowlevel.request_handlers = _Guard(lowlevel.request_handlers, wrap)
+            lowlevel.request_handlers = _Guard(lowlevel.request_handlers, wraps)
         caps = original_caps(*args, **kwargs)
         if caps.tools is not None:
             tools = caps.tools.model_dump(by_alias=True, exclude_none=True)
@@ -340,3 +370,12 @@ def rpc_error(exc: BaseException) -> tuple[int, str, object] | None:
     if isinstance(exc, McpError):
         return exc.error.code, exc.error.message, exc.error.data
     return None
+
+
+async def list_tools_page(session: Any, cursor: str | None) -> tuple[list[Any], str | None]:
+    """One page of `tools/list`: (tools, next cursor). Sent raw: `list_tools` changed its
+    signature within the 1.x line."""
+    params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+    request = types.ClientRequest(types.ListToolsRequest(method="tools/list", params=params))
+    result: types.ListToolsResult = await session.send_request(request, types.ListToolsResult)
+    return list(result.tools), result.nextCursor

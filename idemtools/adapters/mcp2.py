@@ -32,7 +32,8 @@ from ..engine import Engine, ToolCall
 from ..errors import InstallError
 from ..installation import Installation
 from ..outcome import Outcome
-from ..policy import Policy, policy_of
+from ..policy import TOOL_META_KEY, Policy, policy_of
+from ..policy import tool_metadata as policy_tool_metadata
 from ..scopes import (
     CallContext,
     LocalTransport,
@@ -200,12 +201,41 @@ class IdempotencyMiddleware:
     """The server middleware that puts the SEP-3182 engine in front of `tools/call`."""
 
     def __init__(
-        self, lowlevel: Any, engine: Engine, tool_manager: Any, issuer: str | None = None
+        self,
+        lowlevel: Any,
+        engine: Engine,
+        tool_manager: Any,
+        issuer: str | None = None,
+        *,
+        tool_metadata: bool = False,
     ) -> None:
         self.lowlevel = lowlevel
         self.engine = engine
         self.tool_manager = tool_manager
         self.issuer = issuer
+        self.tool_metadata = tool_metadata
+
+    def with_metadata(self, result: Any) -> Any:
+        """Publish each listed tool's policy under `_meta[TOOL_META_KEY]` (opt-in)."""
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list):
+            return result
+        listed = []
+        for tool in tools:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                name = tool["name"]
+                found = self.tool_manager.get_tool(name) if self.tool_manager is not None else None
+                policy = self.engine.policy_for(name, policy_of(getattr(found, "fn", None)))
+                meta = tool.get("_meta")
+                tool = {
+                    **tool,
+                    "_meta": {
+                        **(meta if isinstance(meta, dict) else {}),
+                        TOOL_META_KEY: policy_tool_metadata(policy),
+                    },
+                }
+            listed.append(tool)
+        return {**result, "tools": listed}
 
     async def unknown(self, ctx: Any, name: str, known_before: bool) -> bool:
         """After an error answer: was `name` a tool this server does not have?
@@ -241,6 +271,8 @@ class IdempotencyMiddleware:
         if method != "tools/call":
             if method in ("initialize", "server/discover") and ctx.request_id is not None:
                 return _advertise(await call_next(ctx))
+            if method == "tools/list" and self.tool_metadata:
+                return self.with_metadata(await call_next(ctx))
             return await call_next(ctx)
         params = ctx.params
         if not params or ctx.request_id is None:  # no params, or a notification
@@ -394,14 +426,18 @@ def _envelope(result: dict[str, Any], version: str, lowlevel: Any) -> dict[str, 
     return result
 
 
-def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) -> Installation:
+def adapt(
+    server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool, tool_metadata: bool = False
+) -> Installation:
     if any(isinstance(m, IdempotencyMiddleware) for m in lowlevel.middleware):
         raise InstallError("idemtools is already installed on this server")
     if declare_field:
         declare_key_field()
         _self_test()
     tool_manager = getattr(server, "_tool_manager", None)
-    middleware = IdempotencyMiddleware(lowlevel, engine, tool_manager, configured_issuer(server))
+    middleware = IdempotencyMiddleware(
+        lowlevel, engine, tool_manager, configured_issuer(server), tool_metadata=tool_metadata
+    )
     _mark_local_entry_points(server, lowlevel)
     lowlevel.middleware = _InnermostList([*lowlevel.middleware, middleware], middleware)
     original_caps = lowlevel.get_capabilities
@@ -485,3 +521,10 @@ def rpc_error(exc: BaseException) -> tuple[int, str, object] | None:
     if isinstance(exc, MCPError):
         return exc.error.code, exc.error.message, exc.error.data
     return None
+
+
+async def list_tools_page(session: Any, cursor: str | None) -> tuple[list[Any], str | None]:
+    """One page of `tools/list`: (tools, next cursor)."""
+    session = getattr(session, "session", session)  # a `Client` holds its ClientSession
+    result = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor))
+    return list(result.tools), result.next_cursor

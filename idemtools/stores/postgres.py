@@ -57,11 +57,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import psycopg
-from psycopg import AsyncConnection, sql
-from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
-
 from ..errors import (
     QuotaExceededError,
     RecordCorruptError,
@@ -69,7 +64,14 @@ from ..errors import (
     StoreFullError,
     StoreUnavailableError,
 )
+from ._extras import require_extra
 from .base import Claim, Record, Status
+
+with require_extra("postgres", "PostgresStore"):
+    import psycopg
+    from psycopg import AsyncConnection, sql
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 __all__ = ["PostgresStore", "current_connection"]
 

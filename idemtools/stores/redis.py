@@ -62,13 +62,15 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from redis import exceptions as redis_errors
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-
 from ..errors import QuotaExceededError, RecordCorruptError, StoreFullError, StoreUnavailableError
+from ._extras import require_extra
 from .base import Claim, Record, Status
+
+with require_extra("redis", "RedisStore"):
+    from redis import exceptions as redis_errors
+    from redis.asyncio import BlockingConnectionPool, Redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -33,12 +33,12 @@ def text_of(result: Any) -> str:
     return " ".join(getattr(block, "text", "") for block in result.content)
 
 
-async def test_key_generated_and_capability_read() -> None:
+async def test_new_keys_are_new_operations_and_capability_read() -> None:
     app = make_app()
     async with session_for(app) as session:
         assert advertises_idempotency(session)
-        a = await call_tool(session, "charge", {"amount": 3})
-        b = await call_tool(session, "charge", {"amount": 3})
+        a = await call_tool(session, "charge", {"amount": 3}, idempotency_key=new_key())
+        b = await call_tool(session, "charge", {"amount": 3}, idempotency_key=new_key())
     assert text_of(a) == "charged 3 usd #1" and text_of(b) == "charged 3 usd #2"  # new keys
 
 
@@ -154,5 +154,9 @@ async def test_attempts_are_bounded() -> None:
 
     with anyio.fail_after(10), pytest.raises(ConnectionError):
         await call_tool(
-            never, "charge", {"amount": 1}, retry=RetryPolicy(attempts=3, max_delay=0.01)
+            never,
+            "charge",
+            {"amount": 1},
+            idempotency_key="k-b",
+            retry=RetryPolicy(attempts=3, max_delay=0.01),
         )
