@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -21,6 +21,11 @@ from .errors import ErrorCodes, InstallError
 from .policy import DEFAULT_POLICY, Policy, Registry, _checked_authorize
 from .scopes import AuthorizeFn
 from .stores.base import Store
+from .telemetry import OnOutcome
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["Installation", "ToolPolicy", "install", "installation_of"]
 
@@ -83,7 +88,7 @@ class Installation:
         problem: str | None = None
         try:
             with anyio.fail_after(wait):
-                await store.get(_CHECK_SCOPE, "startup-check")
+                await self.engine.telemetry.timed("get", store.get(_CHECK_SCOPE, "startup-check"))
         except TimeoutError:
             problem = f"no answer within {wait:g} s"
         except Exception as exc:
@@ -143,6 +148,9 @@ def install(
     mark_replays: bool = False,
     declare_field: bool = True,
     authorize: AuthorizeFn | None = None,
+    on_outcome: OnOutcome | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> Installation:
     """Make every keyed `tools/call` on `server` idempotent, per SEP-3182.
 
@@ -163,6 +171,15 @@ def install(
             replay and execution of a keyed call; if it raises, the call is refused with
             `idempotency_unauthorized`. Needed whenever tools authorize inside their handlers:
             a replay never reaches the handler.
+        on_outcome: `hook(tool, kind, context)`, sync or async, called once per keyed call
+            with what it came to: "executed", "replayed", "conflict", "in_progress" or
+            "refused" (`idemtools.telemetry.OutcomeContext` has the key's digest, the policy,
+            the answer). For your own metrics and business events, e.g. telling a replay from
+            a fresh result. Awaited before the answer is sent; what it raises is logged and
+            changes nothing.
+        tracer_provider, meter_provider: OpenTelemetry providers for idemtools' spans and
+            metrics; by default the global ones, once the application installs an SDK (see
+            Operations, "Observability").
 
     Raises:
         InstallError: the server type is not supported, idemtools is already installed on it,
@@ -183,9 +200,18 @@ def install(
         codes=codes,
         mark_replays=mark_replays,
         authorize=_checked_authorize(authorize),
+        on_outcome=_checked_hook(on_outcome),
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
     )
     from .adapters import adapt
 
     installation = adapt(server, engine, declare_field=declare_field)
     setattr(server, _ATTR, installation)
     return installation
+
+
+def _checked_hook(hook: OnOutcome | None) -> OnOutcome | None:
+    if hook is not None and not callable(hook):
+        raise TypeError(f"on_outcome must be a callable (tool, kind, context), got {hook!r}")
+    return hook
