@@ -41,6 +41,7 @@ from .scopes import (
     scope,
     shared,
 )
+from .telemetry import OnOutcome, OutcomeContext
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -57,7 +58,9 @@ __all__ = [
     "InstallError",
     "Installation",
     "KeyInvalidError",
+    "OnOutcome",
     "Outcome",
+    "OutcomeContext",
     "OutcomeTooLargeError",
     "Policy",
     "QuotaExceededError",

@@ -120,8 +120,9 @@ class Engine:
         authorize: the check run before every keyed call of a tool whose policy has none.
         on_outcome: `hook(tool, kind, context)`, sync or async, told what every keyed call came
             to (`idemtools.telemetry.OutcomeContext`); what it raises is logged, never answered.
-        tracer_provider, meter_provider: OpenTelemetry providers to use instead of the
-            global ones (see `idemtools.telemetry`).
+        tracer_provider: the OpenTelemetry tracer provider to use instead of the global one
+            (see `idemtools.telemetry`).
+        meter_provider: the meter provider to use instead of the global one.
     """
 
     def __init__(

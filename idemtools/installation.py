@@ -177,9 +177,10 @@ def install(
             the answer). For your own metrics and business events, e.g. telling a replay from
             a fresh result. Awaited before the answer is sent; what it raises is logged and
             changes nothing.
-        tracer_provider, meter_provider: OpenTelemetry providers for idemtools' spans and
-            metrics; by default the global ones, once the application installs an SDK (see
-            Operations, "Observability").
+        tracer_provider: the OpenTelemetry tracer provider for idemtools' spans; by default
+            the global one, once the application installs an SDK (see Operations,
+            "Observability").
+        meter_provider: the meter provider for its metrics; by default the global one.
 
     Raises:
         InstallError: the server type is not supported, idemtools is already installed on it,

@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from .outcome import Outcome
 from .policy import Policy
@@ -91,8 +91,19 @@ class OutcomeContext:
     duration: float
 
 
-OnOutcome = Callable[[str, OutcomeKind, OutcomeContext], "Awaitable[None] | None"]
-"""`on_outcome(tool, kind, context)`, sync or async, called once per keyed call."""
+class OnOutcome(Protocol):
+    """The `on_outcome` hook: `hook(tool, kind, context)`, a function or a coroutine function.
+
+    Called once per keyed call, when its answer is known: for your own metrics, audit trails
+    and business events ("order placed" on executed, never again on replayed). It is awaited
+    before the answer is sent (for an executed call, inside the execution's shield, so it is
+    told even when the client left meanwhile); keep it quick and hand slow work to a queue.
+    Whatever it raises is logged at ERROR and changes neither the answer nor the record.
+    """
+
+    def __call__(
+        self, tool: str, kind: OutcomeKind, context: OutcomeContext, /
+    ) -> Awaitable[None] | None: ...
 
 
 class Telemetry:
@@ -101,7 +112,8 @@ class Telemetry:
     Args:
         on_outcome: see `OnOutcome`. Awaited before the answer is sent, so keep it quick (hand
             slow work to a queue); whatever it raises is logged and changes nothing.
-        tracer_provider, meter_provider: use these instead of the global providers.
+        tracer_provider: use this instead of the global tracer provider.
+        meter_provider: use this instead of the global meter provider.
         store_name: the `idemtools.store.name` of store durations.
         digest: the key's hash (the engine's `key_digest`, so spans match log lines).
     """
