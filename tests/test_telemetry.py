@@ -187,6 +187,17 @@ async def test_every_outcome_gets_a_span_a_count_and_a_hook_call(otel: Otel) -> 
     assert all(ctx.duration >= 0 for _t, _k, ctx in hook.seen)
 
 
+def test_on_trio_too(otel: Otel) -> None:
+    # trio runs the execution inline under a shield, not in a task of its own.
+    hook = Hook()
+    engine = otel.engine(on_outcome=hook)
+    anyio.run(outcome_table, engine, backend="trio")
+    assert hook.kinds == ["executed", "replayed", "conflict", "in_progress", "executed", "refused"]
+    outcomes = sorted(s.attributes["idemtools.outcome"] for s in otel.finished())  # type: ignore[index]
+    assert outcomes == sorted(hook.kinds)
+    assert sum(otel.calls().values()) == 6
+
+
 async def test_the_tool_runs_inside_the_call_span(otel: Otel) -> None:
     tracer = otel.tracer_provider.get_tracer("the-tool")
 

@@ -16,6 +16,7 @@ import textwrap
 from typing import Any
 
 import anyio
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -174,3 +175,37 @@ def test_an_sdk_installed_after_install_is_picked_up() -> None:
         assert found["parents"] == [["tools/call charge", "SERVER"]] * 2
     else:  # mcp 1.x makes no span of its own
         assert found["parents"] == [None, None]
+
+
+@pytest.mark.skipif(LINE == 2, reason="mcp 2.x depends on opentelemetry-api itself")
+def test_mcp1_server_without_opentelemetry() -> None:
+    # mcp 1.x without the `otel` extra: install() works, keyed calls are deduplicated, and the
+    # on_outcome hook is still told.
+    code = """
+        import sys
+        sys.modules["opentelemetry"] = None
+        import anyio
+        from tests.e2e.harness import make_app, memory_wire
+
+        told = []
+        app = make_app(on_outcome=lambda tool, kind, context: told.append(kind))
+
+        async def main():
+            async with memory_wire(app) as wire:
+                call = {"name": "charge", "arguments": {"amount": 1}, "idempotencyKey": "k-1"}
+                first, again = await wire.call(call), await wire.call(call)
+                assert first["result"] == again["result"]
+
+        anyio.run(main)
+        assert not [m for m in sys.modules if m.startswith("opentelemetry.")]
+        print(told, app.count("charge"))
+        """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['executed',", "'replayed']", "1"]
