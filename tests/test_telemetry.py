@@ -10,6 +10,7 @@ OpenTelemetry at all.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import subprocess
 import sys
@@ -372,13 +373,23 @@ def test_raw_keys_never_reach_spans_metrics_or_the_hook(key: str) -> None:
     anyio.run(scenario)
     spans = otel.spans.get_finished_spans()
     assert spans, "nothing exported: the property would hold vacuously"
-    texts = [s.to_json(indent=None) for s in spans]
     data = otel.reader.get_metrics_data()
     assert data is not None
-    texts.append(data.to_json(indent=None))
+    # What is exported, as exporters serialise it (JSON, so the key's escaped form is checked
+    # too), and every string value as it is held (names, attributes, events, status).
+    texts = [s.to_json(indent=None) for s in spans] + [data.to_json(indent=None)]
     texts.extend(repr(context) for _t, _k, context in hook.seen)
+    for span in spans:
+        texts.extend([span.name, span.status.description or ""])
+        texts.extend(f"{k}={v}" for k, v in (span.attributes or {}).items())
+        texts.extend(f"{e.name} {dict(e.attributes or {})}" for e in span.events)
+    for point in [
+        p for name in ("idemtools.calls", "idemtools.store.duration") for p in otel.points(name)
+    ]:
+        texts.extend(f"{k}={v}" for k, v in point.attributes.items())
+    forms = {key, key[:64], json.dumps(key)[1:-1][:64]}
     for text in texts:
-        for form in (key, key[:64], key.encode("unicode_escape").decode("ascii")[:64]):
+        for form in forms:
             assert form not in text
     assert any(key_digest(key) in text for text in texts)  # the digest does travel
     otel.tracer_provider.shutdown()
