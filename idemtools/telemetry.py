@@ -129,6 +129,7 @@ class Telemetry:
     ) -> None:
         self.on_outcome = on_outcome
         self.digest = digest
+        self._operations: dict[str, dict[str, str]] = {}
         self.store_name = store_name
         self.tracer: Tracer | None = None
         self.calls: Counter | None = None
@@ -222,11 +223,14 @@ class Telemetry:
 
     async def _timed(self, operation: str, op: Awaitable[T]) -> T:
         start = time.perf_counter()
-        attributes: dict[str, str] = {STORE_OPERATION: operation, STORE_NAME: self.store_name}
+        attributes = self._operations.get(operation)
+        if attributes is None:  # a handful of operations: one dict each, not one per call
+            attributes = {STORE_OPERATION: operation, STORE_NAME: self.store_name}
+            self._operations[operation] = attributes
         try:
             return await op
         except BaseException as exc:
-            attributes["error.type"] = type(exc).__qualname__
+            attributes = {**attributes, "error.type": type(exc).__qualname__}
             raise
         finally:
             if self.durations is not None:
@@ -294,7 +298,9 @@ class Observation:
             attributes[REFUSAL] = refusal
         telemetry = self.telemetry
         if self.span is not None:
-            self.span.set_attributes(attributes)
+            self.span.set_attribute(OUTCOME, kind)  # the tool's name is set already
+            if refusal is not None:
+                self.span.set_attribute(REFUSAL, refusal)
             self.span.end()
         if telemetry.calls is not None:
             telemetry.calls.add(1, attributes)
