@@ -252,15 +252,20 @@ class Observation:
         self.span: Span | None = None
         self._token: Any = None
         tracer = telemetry.tracer
-        if tracer is not None:
-            from opentelemetry import context, trace
+        if tracer is None:
+            return
+        from opentelemetry import context, trace  # loaded already: the tracer came from it
 
+        try:
             self.span = span = tracer.start_span(
                 f"idemtools {tool}",
                 kind=trace.SpanKind.INTERNAL,
                 attributes={TOOL: tool, KEY_DIGEST: telemetry.digest(key)},
             )
             self._token = context.attach(trace.set_span_in_context(span))
+        except Exception:  # a broken SDK or processor must not fail the call
+            log.exception("could not start the idemtools span for tool=%s", tool)
+            self.span = None
 
     def detach(self) -> None:
         """Make the span's parent current again (in the task that began the observation)."""
@@ -275,9 +280,12 @@ class Observation:
         if self.span is not None:
             from opentelemetry.trace import StatusCode
 
-            self.span.set_attribute("error.type", type(exc).__qualname__)
-            self.span.set_status(StatusCode.ERROR, "cancelled before an answer")
-            self.span.end()
+            try:
+                self.span.set_attribute("error.type", type(exc).__qualname__)
+                self.span.set_status(StatusCode.ERROR, "cancelled before an answer")
+                self.span.end()
+            except Exception:
+                log.exception("could not end the idemtools span for tool=%s", self.tool)
 
     async def end(self, outcome: Outcome) -> None:
         """Classify the answer, end the span, count it, then call the hook."""
@@ -297,13 +305,16 @@ class Observation:
         if refusal is not None:
             attributes[REFUSAL] = refusal
         telemetry = self.telemetry
-        if self.span is not None:
-            self.span.set_attribute(OUTCOME, kind)  # the tool's name is set already
-            if refusal is not None:
-                self.span.set_attribute(REFUSAL, refusal)
-            self.span.end()
-        if telemetry.calls is not None:
-            telemetry.calls.add(1, attributes)
+        try:  # a broken SDK, processor or reader must not change the answer
+            if telemetry.calls is not None:
+                telemetry.calls.add(1, attributes)
+            if self.span is not None:
+                self.span.set_attribute(OUTCOME, kind)  # the tool's name is set already
+                if refusal is not None:
+                    self.span.set_attribute(REFUSAL, refusal)
+                self.span.end()  # last: span processors run here
+        except Exception:
+            log.exception("could not record telemetry for tool=%s outcome=%s", self.tool, kind)
         hook = telemetry.on_outcome
         if hook is None:
             return

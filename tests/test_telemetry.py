@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -308,6 +308,43 @@ async def test_a_failing_hook_changes_nothing(
     assert caplog.text.count("on_outcome hook failed") == 2
     assert "k-h" not in caplog.text.replace(key_digest("k-h"), "")
     assert [s.attributes["idemtools.outcome"] for s in otel.finished()] == ["executed", "replayed"]  # type: ignore[index]
+
+
+class BrokenProcessor(SpanProcessor):
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        if self.where == "start":
+            raise RuntimeError("processor broken on start")
+
+    def on_end(self, span: Any) -> None:
+        if self.where == "end":
+            raise RuntimeError("processor broken on end")
+
+
+@pytest.mark.parametrize("where", ["start", "end"])
+async def test_a_broken_span_processor_changes_no_answer(
+    where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    otel = Otel()
+    otel.tracer_provider.add_span_processor(BrokenProcessor(where))
+    hook = Hook()
+    engine = otel.engine(on_outcome=hook)
+    runs = 0
+
+    async def tool() -> Outcome:
+        nonlocal runs
+        runs += 1
+        return ok("charged")
+
+    with caplog.at_level(logging.ERROR, logger="idemtools"):
+        first = await engine.handle(call("k-broken"), tool)
+        again = await engine.handle(call("k-broken"), tool)
+    assert first == again == ok("charged") and runs == 1
+    assert hook.kinds == ["executed", "replayed"]  # the hook is still told
+    assert "processor broken" in caplog.text
+    assert sum(otel.calls().values()) == 2
 
 
 async def test_a_caller_that_leaves_still_gets_its_execution_reported(otel: Otel) -> None:
