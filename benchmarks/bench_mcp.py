@@ -2,6 +2,7 @@
 
     python benchmarks/bench_mcp.py            # the installed mcp line
     python benchmarks/bench_mcp.py --calls 3000
+    python benchmarks/bench_mcp.py --otel     # with an OpenTelemetry SDK installed (no exporter)
 
 Four kinds of call, interleaved in a freshly shuffled order every round so that machine noise
 and after-effects of the previous call hit them alike, each sent through the same client path
@@ -88,7 +89,24 @@ async def main(calls: int) -> None:
         print(f"{kind:<10}{median * 1e6:>12.1f}{median / base:>9.3f}  {goals[kind]}")
 
 
+def install_sdk() -> None:
+    """Record spans and metrics (the SDK's work, no export): the cost of turning OTel on, for
+    the bare server too (mcp 2.x makes its own `tools/call` span)."""
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    trace.set_tracer_provider(TracerProvider())
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
-    anyio.run(main, parser.parse_args().calls)
+    parser.add_argument("--otel", action="store_true", help="install an OpenTelemetry SDK first")
+    args = parser.parse_args()
+    if args.otel:
+        install_sdk()
+        print("with an OpenTelemetry SDK installed (spans and metrics recorded, not exported)")
+    anyio.run(main, args.calls)

@@ -42,6 +42,7 @@ from .scopes import (
     scope,
     shared,
 )
+from .telemetry import OnOutcome, OutcomeContext
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -59,7 +60,9 @@ __all__ = [
     "InstallError",
     "Installation",
     "KeyInvalidError",
+    "OnOutcome",
     "Outcome",
+    "OutcomeContext",
     "OutcomeTooLargeError",
     "Policy",
     "QuotaExceededError",

@@ -23,7 +23,7 @@ import math
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -47,6 +47,11 @@ from .outcome import Outcome
 from .policy import DEFAULT_POLICY, Policy, Registry, authorize_call, default_registry
 from .scopes import AuthorizeFn, CallContext
 from .stores.base import Claim, Record, Status, Store, TransactionalStore
+from .telemetry import Observation, OnOutcome, Telemetry
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
 try:  # trio depends on sniffio; without it, anyio's only other backend (asyncio) is running
     from sniffio import current_async_library as _current_async_library
@@ -113,6 +118,11 @@ class Engine:
         mark_replays: add `_meta["io.github.idemtools/replayed"] = true` to replayed results.
         max_retry_after: upper bound (seconds) of `retryAfterMs` on in-progress refusals.
         authorize: the check run before every keyed call of a tool whose policy has none.
+        on_outcome: `hook(tool, kind, context)`, sync or async, told what every keyed call came
+            to (`idemtools.telemetry.OutcomeContext`); what it raises is logged, never answered.
+        tracer_provider: the OpenTelemetry tracer provider to use instead of the global one
+            (see `idemtools.telemetry`).
+        meter_provider: the meter provider to use instead of the global one.
     """
 
     def __init__(
@@ -127,6 +137,9 @@ class Engine:
         mark_replays: bool = False,
         max_retry_after: float = 1.0,
         authorize: AuthorizeFn | None = None,
+        on_outcome: OnOutcome | None = None,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
     ) -> None:
         self.store = store
         self.authorize = authorize
@@ -140,7 +153,19 @@ class Engine:
         self.stats = EngineStats()
         self.release_retry_delay = 1.0
         self.record_retry_for = 5.0
-        self.keeper = LeaseKeeper(store, on_lost=self._lease_lost, on_error=self._renewal_failed)
+        self.telemetry = Telemetry(
+            on_outcome=on_outcome,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            store_name=getattr(store, "kind", type(store).__name__),
+            digest=_digest,
+        )
+        self.keeper = LeaseKeeper(
+            store,
+            on_lost=self._lease_lost,
+            on_error=self._renewal_failed,
+            timed=self.telemetry.timed,
+        )
         self._background: set[asyncio.Task[Any]] = set()
         self._executing: set[_Execution] = set()
         self._idle: anyio.Event | None = None
@@ -164,8 +189,30 @@ class Engine:
             )
         return key
 
-    async def handle(self, call: ToolCall, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
+    def handle(self, call: ToolCall, run: Callable[[], Awaitable[Outcome]]) -> Awaitable[Outcome]:
         """Run `run()` at most once per (scope, key); otherwise replay or refuse."""
+        # Not a coroutine itself: when nothing observes calls, no extra frame per call.
+        if self.telemetry.listening():
+            return self._observed(call, run)
+        return self._handle(call, run, None)
+
+    async def _observed(self, call: ToolCall, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        obs = self.telemetry.begin(call.name, call.key, self.policy_for(call.name, call.policy))
+        try:
+            outcome = await self._handle(call, run, obs)
+        except BaseException as exc:
+            if not obs.executing:  # else the execution, which goes on, ends the observation
+                obs.abandon(exc)
+            raise
+        finally:
+            obs.detach()
+        if not obs.executing:
+            await obs.end(outcome)
+        return outcome
+
+    async def _handle(
+        self, call: ToolCall, run: Callable[[], Awaitable[Outcome]], obs: Observation | None
+    ) -> Outcome:
         try:
             if self._closing:
                 raise StoreUnavailableError(
@@ -184,7 +231,7 @@ class Engine:
                     f"arguments cannot be compared as JSON ({exc}); the call was not run",
                     key=key,
                 ) from None
-            execution = _Execution(scope, key, fp, os.urandom(16).hex(), policy)
+            execution = _Execution(scope, key, fp, os.urandom(16).hex(), policy, obs=obs)
             claim = await self._claim(execution)
             if not claim.claimed:
                 if claim.existing is None:  # a store bug, not a client error
@@ -214,7 +261,10 @@ class Engine:
         held = ex.held = self.keeper.hold(ex.scope, ex.key, ex.owner, ex.policy.lease)
         try:
             claim: Claim = await self._store(
-                self.store.claim(ex.scope, ex.key, ex.fingerprint, ex.owner, ex.policy.lease),
+                self.telemetry.timed(
+                    "claim",
+                    self.store.claim(ex.scope, ex.key, ex.fingerprint, ex.owner, ex.policy.lease),
+                ),
                 ex.key,
             )
         except Exception:
@@ -249,7 +299,9 @@ class Engine:
             if attempt:
                 await anyio.sleep(self.release_retry_delay)
             try:
-                if await self.store.release(ex.scope, ex.key, ex.owner):
+                if await self.telemetry.timed(
+                    "release", self.store.release(ex.scope, ex.key, ex.owner)
+                ):
                     self.stats.released += 1
                     log.info("claim released after cancellation key_digest=%s", _digest(ex.key))
                     return
@@ -345,6 +397,8 @@ class Engine:
 
     async def _execute(self, ex: _Execution, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
         self.stats.executions += 1
+        if ex.obs is not None:
+            ex.obs.executing = True  # from here the execution, not its caller, ends it
         # A client that cancels or disconnects must not stop the call between its side effect
         # and its record, or the retry would run it again: on asyncio the call runs in its own
         # task behind asyncio.shield, on trio under an anyio shield.
@@ -369,9 +423,12 @@ class Engine:
         held = ex.held
         try:
             if ex.policy.transactional and isinstance(self.store, TransactionalStore):
-                return await self._execute_in_transaction(ex, run)
-            outcome = await self._run(ex.key, run)
-            await self._finish(ex, outcome)
+                outcome = await self._execute_in_transaction(ex, run)
+            else:
+                outcome = await self._run(ex.key, run)
+                await self._finish(ex, outcome)
+            if ex.obs is not None:  # in the shielded body: a caller that left is still told
+                await ex.obs.end(outcome)
             return outcome
         finally:
             if held is not None:
@@ -430,7 +487,7 @@ class Engine:
             ex.held.claimed = False
         try:
             if not outcome.final:
-                await self.store.release(ex.scope, key, ex.owner)
+                await self.telemetry.timed("release", self.store.release(ex.scope, key, ex.owner))
                 self.stats.released += 1
                 return
             data = outcome.to_bytes()
@@ -479,13 +536,16 @@ class Engine:
         while True:
             attempts += 1
             try:
-                return await self.store.complete(
-                    ex.scope,
-                    ex.key,
-                    ex.owner,
-                    data,
-                    ex.policy.retention,
-                    fingerprint=ex.fingerprint,
+                return await self.telemetry.timed(
+                    "complete",
+                    self.store.complete(
+                        ex.scope,
+                        ex.key,
+                        ex.owner,
+                        data,
+                        ex.policy.retention,
+                        fingerprint=ex.fingerprint,
+                    ),
                 )
             except Exception as exc:
                 refused = isinstance(exc, RefusedError)
@@ -555,6 +615,7 @@ class _Execution:
     owner: str  # unique per execution: fences a stale owner
     policy: Policy
     held: Lease | None = None  # the lease keeper's hold on the claim
+    obs: Observation | None = None  # telemetry and on_outcome, when anything listens
 
 
 def _on_asyncio() -> bool:

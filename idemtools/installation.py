@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -21,6 +21,11 @@ from .errors import ErrorCodes, InstallError
 from .policy import DEFAULT_POLICY, Policy, Registry, _checked_authorize
 from .scopes import AuthorizeFn
 from .stores.base import Store
+from .telemetry import OnOutcome
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["Installation", "ToolPolicy", "install", "installation_of"]
 
@@ -83,7 +88,7 @@ class Installation:
         problem: str | None = None
         try:
             with anyio.fail_after(wait):
-                await store.get(_CHECK_SCOPE, "startup-check")
+                await self.engine.telemetry.timed("get", store.get(_CHECK_SCOPE, "startup-check"))
         except TimeoutError:
             problem = f"no answer within {wait:g} s"
         except Exception as exc:
@@ -144,6 +149,9 @@ def install(
     declare_field: bool = True,
     authorize: AuthorizeFn | None = None,
     advertise_tool_metadata: bool = False,
+    on_outcome: OnOutcome | None = None,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
 ) -> Installation:
     """Make every keyed `tools/call` on `server` idempotent, per SEP-3182.
 
@@ -170,6 +178,16 @@ def install(
             names per-tool metadata as future work). Off by default: it reveals retention and
             scope kinds to every client that lists tools. `idemtools.client.tool_idempotency`
             reads it.
+        on_outcome: `hook(tool, kind, context)`, sync or async, called once per keyed call
+            with what it came to: "executed", "replayed", "conflict", "in_progress" or
+            "refused" (`idemtools.telemetry.OutcomeContext` has the key's digest, the policy,
+            the answer). For your own metrics and business events, e.g. telling a replay from
+            a fresh result. Awaited before the answer is sent; what it raises is logged and
+            changes nothing.
+        tracer_provider: the OpenTelemetry tracer provider for idemtools' spans; by default
+            the global one, once the application installs an SDK (see Operations,
+            "Observability").
+        meter_provider: the meter provider for its metrics; by default the global one.
 
     Raises:
         InstallError: the server type is not supported, idemtools is already installed on it,
@@ -190,6 +208,9 @@ def install(
         codes=codes,
         mark_replays=mark_replays,
         authorize=_checked_authorize(authorize),
+        on_outcome=_checked_hook(on_outcome),
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
     )
     from .adapters import adapt
 
@@ -198,3 +219,9 @@ def install(
     )
     setattr(server, _ATTR, installation)
     return installation
+
+
+def _checked_hook(hook: OnOutcome | None) -> OnOutcome | None:
+    if hook is not None and not callable(hook):
+        raise TypeError(f"on_outcome must be a callable (tool, kind, context), got {hook!r}")
+    return hook

@@ -25,7 +25,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from .stores.base import Store
@@ -92,6 +92,8 @@ class LeaseKeeper:
             another owner: the engine counts it and logs it.
         on_error: called (on the keeper thread) when a renewal failed; it is tried again at
             the next interval.
+        timed: `timed("renew", awaitable)` wraps each renewal (the engine's telemetry times
+            store operations); by default the renewal itself.
     """
 
     def __init__(
@@ -100,8 +102,10 @@ class LeaseKeeper:
         *,
         on_lost: Callable[[Lease], None],
         on_error: Callable[[Lease, BaseException], None],
+        timed: Callable[[str, Awaitable[bool]], Awaitable[bool]] = lambda _op, op: op,
     ) -> None:
         self._source = store
+        self._timed = timed
         self._on_lost = on_lost
         self._on_error = on_error
         self._lock = threading.Lock()
@@ -238,10 +242,12 @@ class LeaseKeeper:
 
     async def _renew(self, store: Store | None, held: Lease) -> None:
         try:
-            if store is not None:
-                ok = await store.renew(held.scope, held.key, held.owner, held.lease)
-            else:
-                ok = await self._renew_on_caller_loop(held)
+            ok = await self._timed(
+                "renew",
+                store.renew(held.scope, held.key, held.owner, held.lease)
+                if store is not None
+                else self._renew_on_caller_loop(held),
+            )
         except Exception as exc:
             if not held.done:
                 self._on_error(held, exc)

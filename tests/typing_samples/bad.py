@@ -6,7 +6,7 @@ Each line ending in `# expect: <code>` must get exactly that error code from
 
 from __future__ import annotations
 
-from idemtools import idempotent
+from idemtools import OnOutcome, idempotent
 
 
 @idempotent
@@ -24,3 +24,10 @@ async def misuse() -> None:
     await charge(amount="10")  # expect: arg-type
     label: str = add(1, 2)  # expect: assignment
     print(label)
+
+
+def two_arguments(tool: str, kind: str) -> None:
+    print(tool, kind)
+
+
+hook: OnOutcome = two_arguments  # expect: assignment

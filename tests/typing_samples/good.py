@@ -9,7 +9,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from idemtools import CallContext, Registry, by_auth_subject, idempotent, per_session, shared
+from idemtools import (
+    CallContext,
+    OnOutcome,
+    OutcomeContext,
+    Registry,
+    by_auth_subject,
+    idempotent,
+    per_session,
+    shared,
+)
+from idemtools.telemetry import OutcomeKind
 
 registry = Registry()
 
@@ -66,3 +76,16 @@ async def async_callers() -> None:
     receipt = await pending
     as_callable: Callable[[str], Awaitable[bytes]] = fetch
     print(data, receipt, as_callable)
+
+
+# The on_outcome hook: plain functions and coroutine functions, whatever their parameter names.
+def count_outcome(tool: str, kind: OutcomeKind, context: OutcomeContext) -> None:
+    print(tool, kind, context.key_digest, context.outcome)
+
+
+async def publish_outcome(name: str, what: str, ctx: OutcomeContext) -> None:
+    print(name, what, ctx.refusal)
+
+
+sync_hook: OnOutcome = count_outcome
+async_hook: OnOutcome = publish_outcome

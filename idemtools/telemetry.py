@@ -1,0 +1,349 @@
+"""What each keyed call came to, for OpenTelemetry and for the application's own hook.
+
+Every keyed `tools/call` gets one span, `idemtools <tool>` (kind INTERNAL, instrumentation scope
+`idemtools`), a child of whatever span is current: on mcp 2.x the SDK's own `tools/call <tool>`
+SERVER span, on mcp 1.x the application's (or none). It is current while the call is claimed
+and while its tool runs, so the tool's own spans nest under it: a replay is a short span with
+nothing beneath it. Attributes:
+
+- `idemtools.outcome`: executed, replayed, conflict, in_progress or refused;
+- `idemtools.refusal`: the answer's `error.data.type` when it is an idemtools refusal
+  (always for conflict, in_progress and refused), e.g. `idempotency_store_unavailable`;
+- `gen_ai.tool.name`: the tool, under the name the MCP semantic conventions (and the mcp 2.x
+  SDK's span) use;
+- `idemtools.key_digest`: the key's SHA-256 prefix that log lines carry; never the key.
+
+A counter `idemtools.calls` has the same attributes but the digest (one time series per key
+would ruin any metrics backend), and a histogram `idemtools.store.duration` (seconds) times
+every store operation (`idemtools.store.operation`: claim, complete, release, renew, get;
+`idemtools.store.name`: the store's kind; `error.type` when it failed).
+
+Only `opentelemetry-api` is used (a dependency of mcp 2.x, the `otel` extra on 1.x), imported
+when an engine is built; without it, or until the application installs an SDK, all of this is
+skipped for the price of one clock read per call. The global providers are looked at again
+once a second until they are real, because an application may install its SDK after
+`install()`: OpenTelemetry's providers can be set once, so a real one, once seen, is kept.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+from .outcome import Outcome
+from .policy import Policy
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Counter, Histogram, MeterProvider
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+__all__ = ["OnOutcome", "OutcomeContext", "OutcomeKind", "Telemetry"]
+
+log = logging.getLogger("idemtools")
+
+T = TypeVar("T")
+
+OutcomeKind = Literal["executed", "replayed", "conflict", "in_progress", "refused"]
+"""What a keyed call came to: the tool ran; its recorded answer was replayed; the key was used
+with other arguments; the key's first call is still running; or idemtools refused the call
+(invalid key, unauthorized, store unavailable...) without running anything."""
+
+OUTCOME = "idemtools.outcome"
+REFUSAL = "idemtools.refusal"
+TOOL = "gen_ai.tool.name"  # OpenTelemetry MCP / GenAI semantic conventions
+KEY_DIGEST = "idemtools.key_digest"
+STORE_OPERATION = "idemtools.store.operation"
+STORE_NAME = "idemtools.store.name"
+
+_RECHECK = 1.0  # seconds between looks at the global providers while they are the proxies
+# Store operations take from tens of microseconds (memory) to tens of milliseconds (a remote
+# database); the API's default boundaries are meant for milliseconds.
+_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+_CONFLICT = "idempotency_key_conflict"
+_IN_PROGRESS = "idempotency_key_in_progress"
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeContext:
+    """What the `on_outcome` hook learns about a keyed call, all of it safe to log or export.
+
+    Attributes:
+        key_digest: the key's hash, as in idemtools' log lines and spans. The raw key is
+            client data that may carry meaning (an order number, an e-mail): it is not given.
+        refusal: the answer's `error.data.type` when it is an idemtools refusal, else None:
+            always for conflict, in_progress and refused; for a replay of a recorded refusal
+            (`idempotency_outcome_too_large`); for an executed call whose transaction did not
+            commit (`idempotency_store_unavailable`).
+        policy: the tool's policy (retention, lease, scope strategy).
+        outcome: the answer (a replay's is what the execution answered), or None when it is an
+            idemtools refusal, whose `error.data` echoes the key.
+        duration: seconds from the call reaching idemtools to its answer.
+    """
+
+    key_digest: str
+    refusal: str | None
+    policy: Policy
+    outcome: Outcome | None
+    duration: float
+
+
+class OnOutcome(Protocol):
+    """The `on_outcome` hook: `hook(tool, kind, context)`, a function or a coroutine function.
+
+    Called once per keyed call, when its answer is known: for your own metrics, audit trails
+    and business events ("order placed" on executed, never again on replayed). It is awaited
+    before the answer is sent (for an executed call, inside the execution's shield, so it is
+    told even when the client left meanwhile); keep it quick and hand slow work to a queue.
+    Whatever it raises is logged at ERROR and changes neither the answer nor the record.
+    """
+
+    def __call__(
+        self, tool: str, kind: OutcomeKind, context: OutcomeContext, /
+    ) -> Awaitable[None] | None: ...
+
+
+class Telemetry:
+    """One engine's spans, metrics and `on_outcome` hook.
+
+    Args:
+        on_outcome: see `OnOutcome`. Awaited before the answer is sent, so keep it quick (hand
+            slow work to a queue); whatever it raises is logged and changes nothing.
+        tracer_provider: use this instead of the global tracer provider.
+        meter_provider: use this instead of the global meter provider.
+        store_name: the `idemtools.store.name` of store durations.
+        digest: the key's hash (the engine's `key_digest`, so spans match log lines).
+    """
+
+    def __init__(
+        self,
+        *,
+        on_outcome: OnOutcome | None = None,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        store_name: str = "",
+        digest: Callable[[object], str],
+    ) -> None:
+        self.on_outcome = on_outcome
+        self.digest = digest
+        self._operations: dict[str, dict[str, str]] = {}
+        self.store_name = store_name
+        self.tracer: Tracer | None = None
+        self.calls: Counter | None = None
+        self.durations: Histogram | None = None
+        self._due: float | None = None  # next look at the global providers; None: settled
+        self._tracing_settled = self._metrics_settled = True
+        try:
+            import opentelemetry.metrics
+            import opentelemetry.trace  # noqa: F401  (the `otel` extra on mcp 1.x)
+        except ImportError:
+            available = False
+        else:
+            available = True
+        if available:
+            if tracer_provider is not None:
+                self._use_tracer(tracer_provider)
+            else:
+                self._tracing_settled = False
+            if meter_provider is not None:
+                self._use_meter(meter_provider)
+            else:
+                self._metrics_settled = False
+            if not (self._tracing_settled and self._metrics_settled):
+                self._due = 0.0
+                self._look()
+        self._refresh_listening()
+
+    # -- providers ----------------------------------------------------------------------------
+
+    def _use_tracer(self, provider: TracerProvider) -> None:
+        self.tracer = provider.get_tracer("idemtools")
+        self._tracing_settled = True
+
+    def _use_meter(self, provider: MeterProvider) -> None:
+        meter = provider.get_meter("idemtools")
+        self.calls = meter.create_counter(
+            "idemtools.calls", unit="{call}", description="Keyed tools/call requests by outcome"
+        )
+        self.durations = meter.create_histogram(
+            "idemtools.store.duration",
+            unit="s",
+            description="Duration of idempotency store operations",
+            explicit_bucket_boundaries_advisory=_BUCKETS,
+        )
+        self._metrics_settled = True
+
+    def _look(self) -> None:
+        """Adopt the global providers once the application has set real ones."""
+        from opentelemetry import metrics, trace
+
+        if not self._tracing_settled:
+            provider = trace.get_tracer_provider()
+            if isinstance(provider, trace.NoOpTracerProvider):
+                self._tracing_settled = True  # set on purpose, and it cannot change any more
+            elif not isinstance(provider, trace.ProxyTracerProvider):
+                self._use_tracer(provider)
+        if not self._metrics_settled:
+            meter_provider = metrics.get_meter_provider()
+            if isinstance(meter_provider, metrics.NoOpMeterProvider):
+                self._metrics_settled = True
+            elif type(meter_provider).__name__ != "_ProxyMeterProvider":  # not public
+                self._use_meter(meter_provider)
+        if self._tracing_settled and self._metrics_settled:
+            self._due = None
+        else:
+            self._due = time.monotonic() + _RECHECK
+
+    def _refresh_listening(self) -> None:
+        self._listening = (
+            self.tracer is not None or self.calls is not None or self.on_outcome is not None
+        )
+
+    def listening(self) -> bool:
+        """True when anything would see a call: the engine's fast path skips all else."""
+        if self._due is not None and time.monotonic() >= self._due:
+            self._look()
+            self._refresh_listening()
+        return self._listening
+
+    # -- per call -----------------------------------------------------------------------------
+
+    def begin(self, tool: str, key: object, policy: Policy) -> Observation:
+        """Start observing one keyed call (only when `listening()`)."""
+        return Observation(self, tool, key, policy)
+
+    def timed(self, operation: str, op: Awaitable[T]) -> Awaitable[T]:
+        """`op` itself when no metrics are recorded (no extra frame), else `op` timed."""
+        if self.durations is None:
+            return op
+        return self._timed(operation, op)
+
+    async def _timed(self, operation: str, op: Awaitable[T]) -> T:
+        start = time.perf_counter()
+        attributes = self._operations.get(operation)
+        if attributes is None:  # a handful of operations: one dict each, not one per call
+            attributes = {STORE_OPERATION: operation, STORE_NAME: self.store_name}
+            self._operations[operation] = attributes
+        try:
+            return await op
+        except BaseException as exc:
+            attributes = {**attributes, "error.type": type(exc).__qualname__}
+            raise
+        finally:
+            if self.durations is not None:
+                self.durations.record(time.perf_counter() - start, attributes)
+
+
+class Observation:
+    """One keyed call being observed: its span (current while it runs) and its ending."""
+
+    __slots__ = ("_token", "executing", "key", "policy", "span", "start", "telemetry", "tool")
+
+    def __init__(self, telemetry: Telemetry, tool: str, key: object, policy: Policy) -> None:
+        self.telemetry = telemetry
+        self.tool = tool
+        self.key = key
+        self.policy = policy
+        self.start = time.perf_counter()
+        self.executing = False  # set when the tool starts: the execution then ends this
+        self.span: Span | None = None
+        self._token: Any = None
+        tracer = telemetry.tracer
+        if tracer is None:
+            return
+        from opentelemetry import context, trace  # loaded already: the tracer came from it
+
+        try:
+            self.span = span = tracer.start_span(
+                f"idemtools {tool}",
+                kind=trace.SpanKind.INTERNAL,
+                attributes={TOOL: tool, KEY_DIGEST: telemetry.digest(key)},
+            )
+            self._token = context.attach(trace.set_span_in_context(span))
+        except Exception:  # a broken SDK or processor must not fail the call
+            log.exception("could not start the idemtools span for tool=%s", tool)
+            self.span = None
+
+    def detach(self) -> None:
+        """Make the span's parent current again (in the task that began the observation)."""
+        if self._token is not None:
+            from opentelemetry import context
+
+            context.detach(self._token)
+            self._token = None
+
+    def abandon(self, exc: BaseException) -> None:
+        """The call ended without an answer (cancelled before its tool ran)."""
+        if self.span is not None:
+            from opentelemetry.trace import StatusCode
+
+            try:
+                self.span.set_attribute("error.type", type(exc).__qualname__)
+                self.span.set_status(StatusCode.ERROR, "cancelled before an answer")
+                self.span.end()
+            except Exception:
+                log.exception("could not end the idemtools span for tool=%s", self.tool)
+
+    async def end(self, outcome: Outcome) -> None:
+        """Classify the answer, end the span, count it, then call the hook."""
+        refusal = _refusal(outcome)
+        kind: OutcomeKind
+        if self.executing:
+            kind = "executed"
+        elif outcome.replayed:
+            kind = "replayed"
+        elif refusal == _CONFLICT:
+            kind = "conflict"
+        elif refusal == _IN_PROGRESS:
+            kind = "in_progress"
+        else:
+            kind = "refused"
+        attributes = {OUTCOME: kind, TOOL: self.tool}
+        if refusal is not None:
+            attributes[REFUSAL] = refusal
+        telemetry = self.telemetry
+        try:  # a broken SDK, processor or reader must not change the answer
+            if telemetry.calls is not None:
+                telemetry.calls.add(1, attributes)
+            if self.span is not None:
+                self.span.set_attribute(OUTCOME, kind)  # the tool's name is set already
+                if refusal is not None:
+                    self.span.set_attribute(REFUSAL, refusal)
+                self.span.end()  # last: span processors run here
+        except Exception:
+            log.exception("could not record telemetry for tool=%s outcome=%s", self.tool, kind)
+        hook = telemetry.on_outcome
+        if hook is None:
+            return
+        context = OutcomeContext(
+            key_digest=telemetry.digest(self.key),
+            refusal=refusal,
+            policy=self.policy,
+            outcome=outcome if refusal is None else None,
+            duration=time.perf_counter() - self.start,
+        )
+        try:
+            result = hook(self.tool, kind, context)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception(
+                "on_outcome hook failed for tool=%s outcome=%s key_digest=%s; the call's "
+                "answer is unchanged",
+                self.tool,
+                kind,
+                context.key_digest,
+            )
+
+
+def _refusal(outcome: Outcome) -> str | None:
+    """The `error.data.type` of an idemtools refusal, else None."""
+    error = outcome.error
+    if error is None:
+        return None
+    data = error.get("data")
+    kind = data.get("type") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) and kind.startswith("idempotency_") else None
