@@ -1,0 +1,331 @@
+"""Coalescing in RedisStore (idemtools/stores/_coalesce.py) against a real Redis.
+
+Concurrent operations share pipelines; each still gets its own reply or error, a cancelled
+caller breaks nothing, NOSCRIPT (after SCRIPT FLUSH, on a private server) is handled per
+operation, a lone operation goes straight out, and 64+ claims of one key have one winner.
+The shared Redis gets per-run prefixes only; SCRIPT FLUSH runs on a private redis-server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from redis.asyncio.client import Pipeline
+
+from idemtools.engine import Engine, ToolCall
+from idemtools.errors import RecordCorruptError, StoreUnavailableError
+from idemtools.outcome import Outcome
+from idemtools.policy import Policy
+from idemtools.scopes import shared
+from idemtools.stores._coalesce import Coalescer
+from idemtools.stores.base import Status
+from idemtools.stores.redis import RedisStore
+
+from ..services import RUN_ID, need_redis, private_redis, proxy_to, redis_url, with_port
+
+pytestmark = pytest.mark.services
+
+RUN_PREFIX = f"idemtools-test-{RUN_ID}-co:"
+OK = Outcome(result={"content": [{"type": "text", "text": "paid"}], "isError": False})
+
+
+def _prefix() -> str:
+    return f"{RUN_PREFIX}{uuid.uuid4().hex[:8]}:"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cleanup() -> Iterator[None]:
+    yield
+    try:
+        client = redis.Redis.from_url(redis_url(), socket_connect_timeout=2)
+        for name in client.scan_iter(match=f"{RUN_PREFIX}*", count=1000):
+            client.delete(name)
+        client.close()
+    except redis.RedisError:
+        pass
+
+
+class CountingRedis(redis.asyncio.Redis):
+    """A real client that records each round trip: a lone EVALSHA, or a pipeline's size."""
+
+    singles: int
+    batches: list[int]
+
+    async def evalsha(self, *args: Any) -> Any:  # type: ignore[override]
+        self.singles += 1
+        return await super().evalsha(*args)
+
+    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
+        owner = self
+
+        class Counted(Pipeline):
+            async def execute(self, raise_on_error: bool = True) -> list[Any]:
+                owner.batches.append(len(self.command_stack))
+                return await super().execute(raise_on_error)
+
+        return Counted(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+def _counting(url: str) -> CountingRedis:
+    client = CountingRedis.from_url(url)
+    client.singles, client.batches = 0, []
+    return client
+
+
+@pytest.fixture
+async def counted() -> AsyncIterator[tuple[RedisStore, CountingRedis]]:
+    client = _counting(need_redis())
+    store = RedisStore(client, prefix=_prefix())
+    await store.get("warm", "up")  # policy check and script load out of the way
+    client.singles, client.batches = 0, []
+    yield store, client
+    await store.aclose()
+    await client.aclose()
+
+
+async def test_concurrent_claims_share_pipelines_and_each_gets_its_own_reply(
+    counted: tuple[RedisStore, CountingRedis],
+) -> None:
+    store, client = counted
+    n = 64
+    claims = await asyncio.gather(
+        *(store.claim("s", f"k{i}", f"fp{i}", f"o{i}", 30) for i in range(n))
+    )
+    assert all(c.claimed for c in claims)
+    round_trips = client.singles + len(client.batches)
+    assert sum(client.batches) + client.singles == n  # every claim sent exactly once
+    assert round_trips <= 4, (client.singles, client.batches)  # not 64
+    done = await asyncio.gather(
+        *(store.complete("s", f"k{i}", f"o{i}", b'{"i":%d}' % i, 60) for i in range(n))
+    )
+    assert all(done)
+    records = await asyncio.gather(*(store.get("s", f"k{i}") for i in range(n)))
+    for i, record in enumerate(records):  # nobody got another caller's reply
+        assert record is not None and record.status is Status.COMPLETED
+        assert (record.fingerprint, record.owner, record.outcome) == (
+            f"fp{i}",
+            f"o{i}",
+            b'{"i":%d}' % i,
+        )
+
+
+async def test_a_lone_operation_goes_straight_out(
+    counted: tuple[RedisStore, CountingRedis],
+) -> None:
+    store, client = counted
+    for i in range(5):  # one at a time: never a pipeline, never a wait for a loop tick
+        assert (await store.claim("s", f"lone{i}", "fp", "o", 30)).claimed
+        assert await store.complete("s", f"lone{i}", "o", b"{}", 60)
+    assert client.batches == [] and client.singles == 10
+
+
+async def test_coalesce_off_sends_every_operation_alone() -> None:
+    client = _counting(need_redis())
+    store = RedisStore(client, prefix=_prefix(), coalesce=False)
+    claims = await asyncio.gather(*(store.claim("s", f"k{i}", "fp", "o", 30) for i in range(16)))
+    assert all(c.claimed for c in claims)
+    assert client.batches == [] and client.singles >= 16
+    await client.aclose()
+
+
+async def test_a_script_error_reaches_only_its_own_caller() -> None:
+    client = redis.asyncio.Redis.from_url(need_redis())
+    ok_sha = await client.script_load("return ARGV[1]")
+    boom_sha = await client.script_load("return redis.error_reply('boom ' .. ARGV[1])")
+    coalescer = Coalescer(client)
+    shas = [boom_sha if i % 5 == 3 else ok_sha for i in range(40)]
+    replies = await asyncio.gather(
+        *(coalescer.evalsha(sha, 1, f"{RUN_PREFIX}x", str(i)) for i, sha in enumerate(shas)),
+        return_exceptions=True,
+    )
+    for i, reply in enumerate(replies):
+        if i % 5 == 3:
+            assert isinstance(reply, redis.ResponseError) and f"boom {i}" in str(reply)
+        else:
+            assert reply == str(i).encode()
+    await coalescer.aclose()
+    await client.aclose()
+
+
+async def test_a_corrupt_record_fails_only_its_own_claim(
+    counted: tuple[RedisStore, CountingRedis],
+) -> None:
+    store, client = counted
+    await client.set(store.key_name("s", "bad"), b"not a hash", ex=60)
+    keys = [f"good{i}" for i in range(20)]
+    keys.insert(7, "bad")
+    results = await asyncio.gather(
+        *(store.claim("s", k, "fp", "o", 30) for k in keys), return_exceptions=True
+    )
+    assert client.batches  # they did share a pipeline
+    for key, result in zip(keys, results, strict=True):
+        if key == "bad":
+            assert isinstance(result, RecordCorruptError)
+        else:
+            assert not isinstance(result, BaseException) and result.claimed
+
+
+async def test_cancelled_callers_break_nothing() -> None:
+    """Cancel callers while queued and while their pipeline is on the wire (slow proxy)."""
+    url = need_redis()
+    async with proxy_to(url, 6379) as proxy:
+        proxy.delay = 0.05
+        store = RedisStore.from_url(with_port(url, "127.0.0.1", proxy.port), prefix=_prefix())
+        await store.get("warm", "up")
+        tasks = [
+            asyncio.create_task(store.claim("s", f"k{i}", f"fp{i}", f"o{i}", 30)) for i in range(30)
+        ]
+        await asyncio.sleep(0)  # queued, not yet flushed
+        tasks[3].cancel()
+        await asyncio.sleep(0.02)  # the pipeline is on its way
+        tasks[11].cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for i, result in enumerate(results):
+            if i in (3, 11):
+                assert isinstance(result, asyncio.CancelledError)
+            else:
+                assert not isinstance(result, BaseException) and result.claimed, (i, result)
+        # The shared connection is not desynchronised: every later reply is its own.
+        records = await asyncio.gather(*(store.get("s", f"k{i}") for i in range(30)))
+        for i, record in enumerate(records):
+            if i == 3:
+                continue  # cancelled before it was sent: may or may not have run
+            assert record is not None and (record.fingerprint, record.owner) == (f"fp{i}", f"o{i}")
+        await store.aclose()
+
+
+async def test_noscript_after_script_flush_is_handled_per_operation() -> None:
+    with private_redis() as url:
+        client = _counting(url)
+        store = RedisStore(client, prefix=_prefix())
+        engine = Engine(store)
+        policy = Policy.of(lease=30, retention=60, scope=shared)
+
+        async def run() -> Outcome:
+            return OK
+
+        def call(i: int) -> ToolCall:
+            return ToolCall(name="pay", arguments={"i": i}, key=f"k{i}", policy=policy)
+
+        assert not (await engine.handle(call(-1), run)).replayed  # scripts loaded
+        await client.script_flush()
+        client.batches = []
+        firsts = await asyncio.gather(*(engine.handle(call(i), run) for i in range(64)))
+        assert client.batches  # NOSCRIPT came back inside pipelines
+        assert all(o == OK and not o.replayed for o in firsts)
+        await client.script_flush()
+        replays = await asyncio.gather(*(engine.handle(call(i), run) for i in range(64)))
+        assert all(o == OK and o.replayed for o in replays)
+        assert engine.stats.executions == 65
+        await engine.aclose()
+        await client.aclose()
+
+
+async def test_a_failed_round_trip_fails_every_caller_with_its_own_error() -> None:
+    url = need_redis()
+    async with proxy_to(url, 6379) as proxy:
+        store = RedisStore.from_url(
+            with_port(url, "127.0.0.1", proxy.port), prefix=_prefix(), connect_timeout=0.5
+        )
+        await store.get("warm", "up")
+        await proxy.stop()  # every connection cut, nothing listening
+        results = await asyncio.gather(
+            *(store.claim("s", f"k{i}", "fp", "o", 30) for i in range(20)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, StoreUnavailableError) for r in results), results
+        causes = [r.__cause__ for r in results if isinstance(r, BaseException)]
+        assert len({id(c) for c in causes}) == len(causes)  # one exception object per caller
+        await proxy.start()  # back: the store recovers by itself
+        claims = await asyncio.gather(
+            *(store.claim("s", f"k{i}", "fp", "o", 30) for i in range(20))
+        )
+        assert all(c.claimed for c in claims)
+        await store.aclose()
+
+
+async def test_64_claims_of_one_key_have_exactly_one_winner(
+    counted: tuple[RedisStore, CountingRedis],
+) -> None:
+    store, client = counted
+    claims = await asyncio.gather(
+        *(store.claim("s", "contested", "fp", f"o{i}", 30) for i in range(100))
+    )
+    winners = [i for i, c in enumerate(claims) if c.claimed]
+    assert len(winners) == 1
+    for claim in claims:
+        if not claim.claimed:
+            assert claim.existing is not None
+            assert claim.existing.status is Status.IN_PROGRESS
+            assert claim.existing.owner == f"o{winners[0]}"
+    assert client.batches
+
+
+async def test_engine_runs_a_tool_once_for_64_concurrent_duplicates() -> None:
+    store = RedisStore.from_url(need_redis(), prefix=_prefix())
+    engine = Engine(store)
+    runs = 0
+
+    async def run() -> Outcome:
+        nonlocal runs
+        runs += 1
+        await asyncio.sleep(0.05)
+        return OK
+
+    policy = Policy.of(lease=30, retention=60, scope=shared)
+    call = ToolCall(name="pay", arguments={"amount": 1}, key="dup", policy=policy)
+    outcomes = await asyncio.gather(*(engine.handle(call, run) for _ in range(64)))
+    assert runs == 1
+    assert sum(1 for o in outcomes if o == OK and not o.replayed) == 1
+    refused = [o for o in outcomes if o.error is not None]
+    assert len(refused) == 63
+    assert {o.error["data"]["type"] for o in refused if o.error} == {"idempotency_key_in_progress"}
+    await engine.aclose()
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(st.integers(min_value=0, max_value=7), min_size=1, max_size=80))
+def test_concurrent_claims_of_random_keys_have_one_winner_per_key(keys: list[int]) -> None:
+    async def scenario() -> None:
+        store = RedisStore.from_url(need_redis(), prefix=_prefix())
+        claims = await asyncio.gather(
+            *(store.claim("s", f"k{k}", "fp", f"o{i}", 30) for i, k in enumerate(keys))
+        )
+        for k in set(keys):
+            mine = [i for i, key in enumerate(keys) if key == k]
+            won = [f"o{i}" for i in mine if claims[i].claimed]
+            assert len(won) == 1, (k, won)
+            for i in mine:
+                existing = claims[i].existing
+                assert claims[i].claimed or (existing is not None and existing.owner == won[0])
+            record = await store.get("s", f"k{k}")
+            assert record is not None and record.owner == won[0]
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+async def test_aclose_waits_for_batches_on_the_wire() -> None:
+    url = need_redis()
+    async with proxy_to(url, 6379) as proxy:
+        proxy.delay = 0.05
+        store = RedisStore.from_url(with_port(url, "127.0.0.1", proxy.port), prefix=_prefix())
+        await store.get("warm", "up")
+        tasks = [asyncio.create_task(store.claim("s", f"k{i}", "fp", "o", 30)) for i in range(10)]
+        await asyncio.sleep(0.01)
+        await store.aclose()
+        # tasks[0] went out alone in its own task; the other nine shared the pipeline.
+        assert all(t.done() and t.result().claimed for t in tasks[1:])
+        await asyncio.gather(tasks[0], return_exceptions=True)
