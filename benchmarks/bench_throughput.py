@@ -1,15 +1,19 @@
 """Throughput on one Redis at concurrency 1, 8 and 64, side by side in one run (not a test).
 
-    python benchmarks/bench_throughput.py [--seconds 0.4] [--rounds 3]
+    pip install -e ".[bench]"      # hiredis, aws-lambda-powertools[redis], boto3
+    python benchmarks/bench_throughput.py [--seconds 0.2] [--rounds 5]
 
 Needs `redis-server` and `redis-benchmark` on PATH; starts a private redis-server on a free port
 (so the shared one is not loaded) and stops it at the end. Optional: hiredis (then both parsers
-are measured) and `aws-lambda-powertools[redis]` (the Powertools rows); `pip install -e
-".[bench]"` installs both. Runs about two minutes with the defaults.
+are measured) and `aws-lambda-powertools[redis]` (the Powertools rows); the `bench` extra
+installs both. Runs about two minutes with the defaults.
 
 Every configuration runs `--rounds` times for `--seconds` each, interleaved (all of round 1,
 then all of round 2...) so that the machine's drift hits all alike; the table shows the median
-and the range, and ratios of medians measured in this run. Rows:
+and the range, and ratios of medians measured in this run. Each table is printed twice: calls
+per second of wall time, and calls per CPU-second of this process (all its threads). On a
+shared machine the second is the steadier one: it does not depend on how much of a core the
+scheduler lends the process, though it leaves out what the Redis server spends. Rows:
 
 * raw loop: redis-py asyncio issuing the store's own scripts by EVALSHA, one call at a time
   per worker (claim + complete for a first execution, claim for a replay), on a client with
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import re
 import shutil
@@ -59,24 +64,41 @@ FP = "f" * 64
 RESULT = {"content": [{"type": "text", "text": "order A-1001 paid: 42.00 EUR"}]}
 OUTCOME = Outcome(result={**RESULT, "isError": False}).to_bytes()
 REPLAY_KEYS = 512  # completed keys the replays cycle through
+_RUNS = itertools.count()  # a fresh key space for every measurement of first executions
 
 
 @dataclass
 class Samples:
+    """Calls per second of wall time, and per CPU-second of this process, by (row, c)."""
+
     values: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    cpu: dict[tuple[str, int], list[float]] = field(default_factory=dict)
 
-    def add(self, name: str, c: int, per_second: float) -> None:
-        self.values.setdefault((name, c), []).append(per_second)
+    def add(self, name: str, c: int, rate: tuple[float, float | None]) -> None:
+        self.values.setdefault((name, c), []).append(rate[0])
+        if rate[1] is not None:
+            self.cpu.setdefault((name, c), []).append(rate[1])
 
-    def median(self, name: str, c: int) -> float | None:
-        got = self.values.get((name, c))
+    def median(self, name: str, c: int, *, cpu: bool = False) -> float | None:
+        got = (self.cpu if cpu else self.values).get((name, c))
         return statistics.median(got) if got else None
 
-    def cell(self, name: str, c: int) -> str:
-        got = self.values.get((name, c))
+    def cell(self, name: str, c: int, *, cpu: bool = False) -> str:
+        got = (self.cpu if cpu else self.values).get((name, c))
         if not got:
             return "–"
         return f"{statistics.median(got):,.0f} ({min(got) / 1000:.1f}–{max(got) / 1000:.1f} k)"
+
+
+class Clock:
+    """Wall and CPU time of this process (all its threads) over one measurement."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def rates(self, calls: int) -> tuple[float, float | None]:
+        wall, cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+        return calls / wall, (calls / cpu if cpu > 0 else None)
 
 
 # -- private redis-server -------------------------------------------------------------------------
@@ -114,8 +136,10 @@ def private_redis() -> Iterator[int]:
 # -- the async rows -------------------------------------------------------------------------------
 
 
-async def run_workers(c: int, seconds: float, one: Callable[[int, int], Awaitable[None]]) -> float:
-    """`c` workers calling `one(worker, i)` until the time is up; calls per second."""
+async def run_workers(
+    c: int, seconds: float, one: Callable[[int, int], Awaitable[None]]
+) -> tuple[float, float | None]:
+    """`c` workers calling `one(worker, i)` until the time is up; calls per second (wall, CPU)."""
     done = [0] * c
     deadline = time.perf_counter() + seconds
 
@@ -126,9 +150,9 @@ async def run_workers(c: int, seconds: float, one: Callable[[int, int], Awaitabl
             i += 1
         done[w] = i
 
-    t = time.perf_counter()
+    clock = Clock()
     await asyncio.gather(*(worker(w) for w in range(c)))
-    return sum(done) / (time.perf_counter() - t)
+    return clock.rates(sum(done))
 
 
 class AsyncRows:
@@ -136,7 +160,6 @@ class AsyncRows:
 
     def __init__(self, url: str, parser: type, tag: str) -> None:
         self.url, self.parser, self.tag = url, parser, tag
-        self.run_id = 0
 
     async def setup(self) -> None:
         settings = {"parser_class": self.parser}
@@ -189,8 +212,7 @@ class AsyncRows:
         assert isinstance(reply, bytes)
 
     async def measure(self, samples: Samples, c: int, seconds: float) -> None:
-        self.run_id += 1
-        run = self.run_id
+        run = next(_RUNS)
         p = f"{self.tag}"
 
         async def raw_first(w: int, i: int) -> None:
@@ -230,7 +252,7 @@ def redis_benchmark(port: int, c: int, samples: Samples, seconds: float) -> None
         out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
         found = re.findall(r"([\d.]+) requests per second", out)
         if found:
-            samples.add(name, c, float(found[-1]))
+            samples.add(name, c, (float(found[-1]), None))
 
 
 def powertools_setup(port: int, parser: type) -> Callable[..., Any] | str:
@@ -247,7 +269,7 @@ def powertools_setup(port: int, parser: type) -> Callable[..., Any] | str:
     warnings.filterwarnings("ignore", module="aws_lambda_powertools")  # deprecation, no Lambda
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     warnings.filterwarnings("ignore", message="Couldn't determine the remaining time")
-    client = redis.Redis(port=port, parser_class=parser, max_connections=128)
+    client = redis.Redis(connection_pool=redis.ConnectionPool(port=port, parser_class=parser))
     layer = RedisCachePersistenceLayer(client=client)
 
     @idempotent_function(
@@ -266,8 +288,10 @@ def powertools_setup(port: int, parser: type) -> Callable[..., Any] | str:
 
 def powertools_measure(
     pay: Callable[..., Any], pool: ThreadPoolExecutor, c: int, seconds: float, samples: Samples,
-    run: int, tag: str,
+    tag: str,
 ) -> None:  # fmt: skip
+    run = next(_RUNS)
+
     def worker(w: int, replay: bool, deadline: float) -> int:
         i = 0
         while time.perf_counter() < deadline:
@@ -277,10 +301,9 @@ def powertools_measure(
         return i
 
     for kind, replay in (("first", False), ("replay", True)):
-        t = time.perf_counter()
-        futures = [pool.submit(worker, w, replay, t + seconds) for w in range(c)]
-        total = sum(f.result() for f in futures)
-        samples.add(f"pt {kind} {tag}", c, total / (time.perf_counter() - t))
+        clock = Clock()
+        futures = [pool.submit(worker, w, replay, clock.wall + seconds) for w in range(c)]
+        samples.add(f"pt {kind} {tag}", c, clock.rates(sum(f.result() for f in futures)))
 
 
 # -- main -----------------------------------------------------------------------------------------
@@ -288,8 +311,8 @@ def powertools_measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=0.4, help="per configuration and round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=0.2, help="per configuration and round")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     for tool in ("redis-server", "redis-benchmark"):
         if shutil.which(tool) is None:
@@ -314,13 +337,20 @@ def main() -> None:
             FP,
             OUTCOME,
         )
+        # Untimed warm-up at every concurrency: pools grow to their size, caches fill.
+        for c in CONCURRENCY:
+            for r in rows:
+                loop.run_until_complete(r.measure(Samples(), c, 0.1))
+            for tag, pay in pts.items():
+                if not isinstance(pay, str):
+                    powertools_measure(pay, pool, c, 0.1, Samples(), tag)
         for rnd in range(args.rounds):
             for c in CONCURRENCY:
                 for r in rows:
                     loop.run_until_complete(r.measure(samples, c, args.seconds))
                 for tag, pay in pts.items():
                     if not isinstance(pay, str):
-                        powertools_measure(pay, pool, c, args.seconds, samples, rnd, tag)
+                        powertools_measure(pay, pool, c, args.seconds, samples, tag)
                 redis_benchmark(port, c, samples, args.seconds)
             print(f"  round {rnd + 1}/{args.rounds} done", file=sys.stderr)
         for r in rows:
@@ -330,63 +360,68 @@ def main() -> None:
 
 
 def report(samples: Samples, tags: list[str], pts: dict[str, Any], args: Any, took: float) -> None:
-    m = samples.median
     print(f"Python {sys.version.split()[0]}, redis-py {redis.__version__}, hiredis "
           f"{'installed' if HIREDIS_AVAILABLE else 'not installed'}; {args.rounds} rounds × "
-          f"{args.seconds} s per cell, {os.cpu_count()} CPUs, {took:.0f} s")  # fmt: skip
-    print("Calls per second: median of the rounds (range). Ratios are of medians, this run.")
-    print()
+          f"{args.seconds} s per cell, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f}, {took:.0f} s")  # fmt: skip
+    print("Cells: median of the rounds (min–max). Ratios: of medians, this run.")
     header = "| row | parser | " + " | ".join(f"c={c}" for c in CONCURRENCY) + " |"
     rule = "|---|---|" + "---:|" * len(CONCURRENCY)
-    for kind in ("first", "replay"):
-        title = "first executions/s" if kind == "first" else "replays/s"
-        print(f"### {title}")
-        print()
-        print(header)
-        print(rule)
-        rows = []
-        for tag in tags:
-            rows.append((f"naive raw loop ({'2 EVALSHA' if kind == 'first' else '1 EVALSHA'})",
-                         tag, f"raw {kind} {tag}"))  # fmt: skip
-            rows.append(("idemtools, coalescing on", tag, f"it-on {kind} {tag}"))
-            rows.append(("idemtools, coalescing off", tag, f"it-off {kind} {tag}"))
-            if not isinstance(pts.get(tag), str):
-                rows.append(("Powertools, thread pool", tag, f"pt {kind} {tag}"))
-        for label, tag, name in rows:
-            cells = " | ".join(samples.cell(name, c) for c in CONCURRENCY)
-            print(f"| {label} | {tag} | {cells} |")
-        rb = "rb claim" if kind == "first" else "rb replay"
+
+    def ratio_row(label: str, tag: str, num: str, den: str, cpu: bool, halve: bool) -> None:
         cells = []
         for c in CONCURRENCY:
-            v = m(rb, c)
-            cells.append("–" if v is None else f"{v / (2 if kind == 'first' else 1):,.0f}")
-        what = "EVALSHA claim ÷ 2" if kind == "first" else "EVALSHA claim, completed key"
-        print(f"| redis-benchmark ceiling ({what}) | C | " + " | ".join(cells) + " |")
-        for tag in tags:
-            for label, num, den in (
-                ("idemtools on ÷ raw loop", f"it-on {kind} {tag}", f"raw {kind} {tag}"),
-                ("idemtools on ÷ off", f"it-on {kind} {tag}", f"it-off {kind} {tag}"),
-                ("idemtools on ÷ Powertools", f"it-on {kind} {tag}", f"pt {kind} {tag}"),
-                ("idemtools on ÷ ceiling", f"it-on {kind} {tag}", rb),
-            ):
-                ratio = []
+            a, b = samples.median(num, c, cpu=cpu), samples.median(den, c, cpu=cpu)
+            if a is None or b is None:
+                cells.append("–")
+            else:
+                cells.append(f"**{a / (b / 2 if halve else b):.2f}×**")
+        print(f"| {label} | {tag} | " + " | ".join(cells) + " |")
+
+    for kind in ("first", "replay"):
+        for cpu in (False, True):
+            title = "First executions" if kind == "first" else "Replays"
+            unit = "per CPU-second of the client process" if cpu else "per second"
+            print()
+            print(f"### {title} {unit}")
+            print()
+            print(header)
+            print(rule)
+            for tag in tags:
+                calls = "2 EVALSHA" if kind == "first" else "1 EVALSHA"
+                rows = [
+                    (f"naive raw loop ({calls})", f"raw {kind} {tag}"),
+                    ("idemtools, coalescing on", f"it-on {kind} {tag}"),
+                    ("idemtools, coalescing off", f"it-off {kind} {tag}"),
+                ]
+                if not isinstance(pts.get(tag), str):
+                    rows.append(("Powertools, thread pool", f"pt {kind} {tag}"))
+                for label, name in rows:
+                    cells = " | ".join(samples.cell(name, c, cpu=cpu) for c in CONCURRENCY)
+                    print(f"| {label} | {tag} | {cells} |")
+            rb = "rb claim" if kind == "first" else "rb replay"
+            if not cpu:
+                what = "EVALSHA claim ÷ 2" if kind == "first" else "EVALSHA claim, completed key"
+                cells = []
                 for c in CONCURRENCY:
-                    a, b = m(num, c), m(den, c)
-                    if a is None or b is None:
-                        ratio.append("–")
-                        continue
-                    if den == rb and kind == "first":
-                        b /= 2
-                    ratio.append(f"**{a / b:.2f}×**")
-                print(f"| {label} | {tag} | " + " | ".join(ratio) + " |")
-        if len(tags) == 2:
-            for label, name in (("raw loop", "raw"), ("idemtools on", "it-on")):
-                ratio = []
-                for c in CONCURRENCY:
-                    a, b = m(f"{name} {kind} hiredis", c), m(f"{name} {kind} py", c)
-                    ratio.append("–" if a is None or b is None else f"{a / b:.2f}×")
-                print(f"| {label}: hiredis ÷ py parser | | " + " | ".join(ratio) + " |")
-        print()
+                    v = samples.median(rb, c)
+                    cells.append("–" if v is None else f"{v / (2 if kind == 'first' else 1):,.0f}")
+                print(f"| redis-benchmark ceiling ({what}) | C | " + " | ".join(cells) + " |")
+            for tag in tags:
+                ratio_row("idemtools on ÷ raw loop", tag, f"it-on {kind} {tag}",
+                          f"raw {kind} {tag}", cpu, False)  # fmt: skip
+                ratio_row("idemtools on ÷ off", tag, f"it-on {kind} {tag}",
+                          f"it-off {kind} {tag}", cpu, False)  # fmt: skip
+                if not isinstance(pts.get(tag), str):
+                    ratio_row("idemtools on ÷ Powertools", tag, f"it-on {kind} {tag}",
+                              f"pt {kind} {tag}", cpu, False)  # fmt: skip
+                if not cpu:
+                    ratio_row("idemtools on ÷ ceiling", tag, f"it-on {kind} {tag}", rb, cpu,
+                              kind == "first")  # fmt: skip
+            if len(tags) == 2:
+                for label, name in (("raw loop", "raw"), ("idemtools on", "it-on")):
+                    ratio_row(f"{label}: hiredis ÷ py parser", "", f"{name} {kind} hiredis",
+                              f"{name} {kind} py", cpu, False)  # fmt: skip
     for tag, pay in pts.items():
         if isinstance(pay, str):
             print(f"Powertools ({tag}): {pay}")

@@ -3,9 +3,10 @@
 Why: at high concurrency a redis-py asyncio client spends far more CPU per command (packing,
 a socket write, a read and parse per reply, connection checkout) than Redis spends running the
 script. Operations issued while others are in flight are collected for one event-loop tick and
-sent as one pipeline (`transaction=False`): one socket write, one connection checkout, and the
-replies read back to back. Nothing about an operation changes: each is still its own atomic
-script on one key, and each caller gets its own reply or its own exception.
+sent as one pipeline: one socket write, one connection checkout, and the replies read back to
+back (what redis-py's `Pipeline(transaction=False)` does, done by hand for less CPU per
+command). Nothing about an operation changes: each is still its own atomic script on one key,
+and each caller gets its own reply or its own exception.
 
 Rules, each covered by tests/stores/test_redis_coalesce.py:
 
@@ -13,13 +14,14 @@ Rules, each covered by tests/stores/test_redis_coalesce.py:
   at once, in the caller's own task, exactly as without coalescing (no extra loop tick, no
   task). Only operations that would otherwise compete for the CPU and the pool wait for the
   next tick, which they would have waited for anyway.
-* **Errors are per operation.** The pipeline runs with `raise_on_error=False`: a script error
-  (or NOSCRIPT after a server restart or SCRIPT FLUSH) reaches only its own caller, which
-  handles it as it would a single EVALSHA (the store loads the script and sends it again). A
-  failure of the whole round trip (connection lost, timeout) reaches every caller of the
-  batch, each with its own copy, and each retries as the store always does.
-* **A cancelled caller cancels only its wait.** The pipeline runs in a task of its own, so one
-  caller cancelled (a client disconnect) neither breaks the batch nor leaves the shared
+* **Errors are per operation.** An error reply becomes its own operation's exception and the
+  replies after it are read as usual: a script error (or NOSCRIPT after a server restart or
+  SCRIPT FLUSH) reaches only its own caller, which handles it as it would a single EVALSHA
+  (the store loads the script and sends it again). A failure of the whole round trip
+  (connection lost, timeout) reaches every caller of the batch, each with its own copy, and
+  each retries as the store always does; the connection is dropped, never reused half-read.
+* **A cancelled caller cancels only its wait.** The round trip runs in a task of its own, so
+  one caller cancelled (a client disconnect) neither breaks the batch nor leaves the shared
   connection half-read; the others get their replies. As with a single EVALSHA, an operation
   that was already sent may still run on the server.
 * **Not for Redis Cluster**: a cluster pipeline splits by slot and retries on its own terms;
@@ -30,9 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import ResponseError
+
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from redis.asyncio import Redis
 
 __all__ = ["Coalescer"]
@@ -50,10 +57,25 @@ class Coalescer:
     reply or raises what redis-py raises for that one command (`NoScriptError` included).
     """
 
-    __slots__ = ("_client", "_in_flight", "_loop", "_max_batch", "_pending", "_tasks")
+    __slots__ = (
+        "_checkout_args",
+        "_client",
+        "_encoding",
+        "_in_flight",
+        "_loop",
+        "_max_batch",
+        "_pending",
+        "_pool",
+        "_tasks",
+    )
 
     def __init__(self, client: Redis, *, max_batch: int = _MAX_BATCH) -> None:
         self._client = client
+        pool: Any = client.connection_pool  # its methods are untyped in redis-py
+        self._pool = pool
+        encoder = pool.get_encoder()
+        self._encoding: tuple[str, str] = (encoder.encoding, encoder.encoding_errors)
+        self._checkout_args = _checkout_args(pool)
         self._max_batch = max_batch
         self._pending: list[_Pending] = []
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop `_pending` waits on
@@ -95,22 +117,11 @@ class Coalescer:
 
     async def _send(self, batch: list[_Pending]) -> None:
         try:
-            if len(batch) == 1:
-                args, future = batch[0]
-                try:
-                    reply = await self._client.evalsha(*args)
-                except Exception as exc:
-                    if not future.done():
-                        future.set_exception(exc)
-                else:
-                    if not future.done():
-                        future.set_result(reply)
-                return
-            pipe = self._client.pipeline(transaction=False)
-            for args, _ in batch:
-                pipe.evalsha(*args)
             try:
-                replies = await pipe.execute(raise_on_error=False)
+                if len(batch) == 1:  # what a pipeline of one would cost, without its setup
+                    replies = [await _reply(self._client.evalsha(*batch[0][0]))]
+                else:
+                    replies = await self._round_trip(batch)
             except BaseException as exc:
                 # The whole round trip failed: every caller sees it (and retries on its own).
                 for _, future in batch:
@@ -129,12 +140,74 @@ class Coalescer:
         finally:
             self._in_flight -= len(batch)
 
+    async def _round_trip(self, batch: list[_Pending]) -> list[Any]:
+        """Send the batch in one write on one pooled connection; read every reply back.
+
+        By hand rather than through redis-py's `Pipeline`, which costs ~40% more CPU per
+        command here (its generic packing, per-command bookkeeping): the commands are packed
+        directly (RESP, arguments encoded as the client's encoder would), the replies read by
+        the connection's own parser, an error reply kept as that operation's exception.
+        """
+        pool = self._pool
+        packed = self._pack(batch)
+        connection = await pool.get_connection(*self._checkout_args)
+        try:
+            await connection.send_packed_command(packed)
+            replies: list[Any] = []
+            for _ in batch:
+                try:
+                    replies.append(await connection.read_response())
+                except ResponseError as exc:  # this operation's error; the stream stays in step
+                    replies.append(exc)
+        except BaseException:
+            # Replies may be left unread on the socket: it must not serve anyone else.
+            await connection.disconnect(nowait=True)
+            raise
+        finally:
+            await pool.release(connection)
+        return replies
+
+    def _pack(self, batch: list[_Pending]) -> bytes:
+        """RESP arrays of bulk strings, as `Connection.pack_commands` would write them."""
+        encoding, errors = self._encoding
+        out: list[bytes] = []
+        add = out.append
+        for args, _ in batch:
+            add(b"*%d\r\n$7\r\nEVALSHA\r\n" % (len(args) + 1))
+            for arg in args:
+                if isinstance(arg, bytes):
+                    data = arg
+                elif isinstance(arg, str):
+                    data = arg.encode(encoding, errors)
+                elif type(arg) is int:
+                    data = b"%d" % arg
+                else:
+                    data = self._pool.get_encoder().encode(arg)
+                add(b"$%d\r\n%b\r\n" % (len(data), data))
+        return b"".join(out)
+
     async def aclose(self) -> None:
         """Let the batches already sent finish (their callers are waiting for them)."""
         while self._tasks or self._pending:
             if self._pending:
                 self._flush()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _reply(command: Awaitable[Any]) -> Any:
+    """A command's reply, or its error reply as the value (as a pipeline keeps it)."""
+    try:
+        return await command
+    except ResponseError as exc:
+        return exc
+
+
+def _checkout_args(pool: Any) -> tuple[str, ...]:
+    """redis-py before 5.3 requires a command name to check a connection out; later ones warn."""
+    parameter = inspect.signature(pool.get_connection).parameters.get("command_name")
+    if parameter is not None and parameter.default is inspect.Parameter.empty:
+        return ("EVALSHA",)
+    return ()
 
 
 def _copy(exc: BaseException) -> BaseException:
