@@ -211,6 +211,18 @@ class AsyncRows:
         reply = await self.raw.evalsha(self.claim.sha, 1, name, FP, "other", 60_000)
         assert isinstance(reply, bytes)
 
+    async def lone_latency(self, calls: int, into: dict[str, list[int]]) -> None:
+        """Concurrency 1, call by call: coalescing on, then off, alternately (ns per call)."""
+        run = next(_RUNS)
+        for i in range(calls):
+            for mode, engine in self.engines.items():
+                t = time.perf_counter_ns()
+                await engine.handle(self.call(f"lone{run}-{i}"), self.tool)
+                into.setdefault(f"{mode} first {self.tag}", []).append(time.perf_counter_ns() - t)
+                t = time.perf_counter_ns()
+                await engine.handle(self.call(f"replay-{i % REPLAY_KEYS}"), self.tool)
+                into.setdefault(f"{mode} replay {self.tag}", []).append(time.perf_counter_ns() - t)
+
     async def measure(self, samples: Samples, c: int, seconds: float) -> None:
         run = next(_RUNS)
         p = f"{self.tag}"
@@ -313,6 +325,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.2, help="per configuration and round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--lone", type=int, default=1000, help="calls in the latency comparison")
     args = parser.parse_args()
     for tool in ("redis-server", "redis-benchmark"):
         if shutil.which(tool) is None:
@@ -353,10 +366,26 @@ def main() -> None:
                         powertools_measure(pay, pool, c, args.seconds, samples, tag)
                 redis_benchmark(port, c, samples, args.seconds)
             print(f"  round {rnd + 1}/{args.rounds} done", file=sys.stderr)
+        lone: dict[str, list[int]] = {}
+        for r in rows:
+            loop.run_until_complete(r.lone_latency(args.lone, lone))
         for r in rows:
             loop.run_until_complete(r.aclose())
         loop.close()
-    report(samples, [tag for tag, _, _ in parsers], pts, args, time.perf_counter() - started)
+    tags = [tag for tag, _, _ in parsers]
+    report(samples, tags, pts, args, time.perf_counter() - started)
+    print()
+    print(f"### Concurrency 1, latency: {args.lone} calls each, coalescing on and off alternately")
+    print()
+    print("| parser | first, on µs | off µs | on ÷ off | replay, on µs | off µs | on ÷ off |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for tag in tags:
+        cells = []
+        for kind in ("first", "replay"):
+            on = statistics.median(lone[f"on {kind} {tag}"]) / 1000
+            off = statistics.median(lone[f"off {kind} {tag}"]) / 1000
+            cells.append(f"{on:.0f} | {off:.0f} | **{on / off:.2f}×**")
+        print(f"| {tag} | " + " | ".join(cells) + " |")
 
 
 def report(samples: Samples, tags: list[str], pts: dict[str, Any], args: Any, took: float) -> None:
