@@ -18,6 +18,7 @@ import redis
 import redis.asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redis._parsers import _AsyncRESP2Parser
 
 from idemtools.engine import Engine, ToolCall
 from idemtools.errors import RecordCorruptError, StoreUnavailableError
@@ -52,7 +53,11 @@ def _cleanup() -> Iterator[None]:
         pass
 
 
-def _counting(url: str) -> tuple[redis.asyncio.Redis, list[int]]:
+# The `redis` extra brings hiredis; redis-py's own parser (no hiredis) must work alike.
+PARSERS = pytest.mark.parametrize("parser", [None, _AsyncRESP2Parser], ids=["default", "py"])
+
+
+def _counting(url: str, parser: Any = None) -> tuple[redis.asyncio.Redis, list[int]]:
     """A real client, and the number of EVALSHAs in each write it sends (one per round trip)."""
     writes: list[int] = []
 
@@ -64,12 +69,13 @@ def _counting(url: str) -> tuple[redis.asyncio.Redis, list[int]]:
                 writes.append(found)
             await super().send_packed_command(command, check_health)
 
-    return redis.asyncio.Redis.from_url(url, connection_class=Counting), writes
+    kwargs = {"parser_class": parser} if parser is not None else {}
+    return redis.asyncio.Redis.from_url(url, connection_class=Counting, **kwargs), writes
 
 
-@pytest.fixture
-async def counted() -> AsyncIterator[tuple[RedisStore, list[int]]]:
-    client, writes = _counting(need_redis())
+@pytest.fixture(params=[None, _AsyncRESP2Parser], ids=["default", "py"])
+async def counted(request: pytest.FixtureRequest) -> AsyncIterator[tuple[RedisStore, list[int]]]:
+    client, writes = _counting(need_redis(), request.param)
     store = RedisStore(client, prefix=_prefix())
     await store.get("warm", "up")  # policy check and script load out of the way
     writes.clear()
@@ -122,8 +128,9 @@ async def test_coalesce_off_sends_every_operation_alone() -> None:
     await client.aclose()
 
 
-async def test_a_script_error_reaches_only_its_own_caller() -> None:
-    client = redis.asyncio.Redis.from_url(need_redis())
+@PARSERS
+async def test_a_script_error_reaches_only_its_own_caller(parser: Any) -> None:
+    client, _ = _counting(need_redis(), parser)
     ok_sha = await client.script_load("return ARGV[1]")
     boom_sha = await client.script_load("return redis.error_reply('boom ' .. ARGV[1])")
     coalescer = Coalescer(client)
@@ -188,9 +195,10 @@ async def test_cancelled_callers_break_nothing() -> None:
         await store.aclose()
 
 
-async def test_noscript_after_script_flush_is_handled_per_operation() -> None:
+@PARSERS
+async def test_noscript_after_script_flush_is_handled_per_operation(parser: Any) -> None:
     with private_redis() as url:
-        client, writes = _counting(url)
+        client, writes = _counting(url, parser)
         store = RedisStore(client, prefix=_prefix())
         engine = Engine(store)
         policy = Policy.of(lease=30, retention=60, scope=shared)
