@@ -343,3 +343,17 @@ def test_packed_batch_is_byte_for_byte_what_redis_py_sends(batch: list[list[Any]
     connection = redis.asyncio.Connection()
     theirs = b"".join(connection.pack_commands([("EVALSHA", *c) for c in commands]))
     assert ours == theirs
+
+
+async def test_a_full_batch_goes_out_at_once_and_the_rest_follows() -> None:
+    client, writes = _counting(need_redis())
+    sha = await client.script_load("return ARGV[1]")
+    coalescer = Coalescer(client, max_batch=8)
+    writes.clear()
+    replies = await asyncio.gather(
+        *(coalescer.evalsha(sha, 1, f"{RUN_PREFIX}x", str(i)) for i in range(50))
+    )
+    assert replies == [str(i).encode() for i in range(50)]
+    assert sum(writes) == 50 and max(writes) == 8, writes
+    await coalescer.aclose()
+    await client.aclose()
