@@ -33,6 +33,7 @@ def make_app(
     *,
     auth: Any = None,
     middleware: list[Any] | None = None,
+    child_middleware: list[Any] | None = None,
     store: Store | None = None,
     mount: bool = True,
 ) -> App:
@@ -85,6 +86,8 @@ def make_app(
 
     if mount:
         child: Any = FastMCP("child")
+        for mw in child_middleware or []:
+            child.add_middleware(mw)
 
         @child.tool
         @idempotent(retention=timedelta(hours=2), scope=shared)
