@@ -174,8 +174,8 @@ def _bypass_response_cache() -> None:
             return await call_next(context)
         return await original(self, context, call_next)
 
-    on_call_tool.__idemtools_bypass__ = True  # type: ignore[attr-defined]
-    ResponseCachingMiddleware.on_call_tool = on_call_tool  # type: ignore[method-assign]
+    setattr(on_call_tool, "__idemtools_bypass__", True)  # noqa: B010
+    setattr(ResponseCachingMiddleware, "on_call_tool", on_call_tool)  # noqa: B010
 
 
 def _mark_memory_transport(lowlevel: Any) -> None:

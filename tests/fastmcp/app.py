@@ -101,9 +101,7 @@ def make_app(
 
         server.mount(child, namespace="child", tool_names={"send": "dispatch"})
 
-    installation = idemtools.install(
-        server, store=store, default_policy=Policy(scope=by_client_id)
-    )
+    installation = idemtools.install(server, store=store, default_policy=Policy(scope=by_client_id))
     app = App(server, installation)
     holder["app"] = app
     return app

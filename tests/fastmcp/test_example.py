@@ -11,14 +11,15 @@ from tests.fastmcp import require_fastmcp
 
 require_fastmcp()
 
+import contextlib  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-import anyio  # noqa: E402
 import pytest  # noqa: E402
 from fastmcp import Client  # noqa: E402
 from fastmcp.client.transports import StdioTransport  # noqa: E402
@@ -57,9 +58,10 @@ async def test_example_server_over_stdio(mode: str, era: str) -> None:
     assert ledger == {"result": ["charge 4200 usd", "refund 1", "label o-1"]}
 
 
-@pytest.mark.slow
-async def test_example_server_over_http_with_its_token_verifier() -> None:
-    from tests.e2e.harness import LEGACY, MODERN, _free_port, http_wire, result_text
+@contextlib.contextmanager
+def example_over_http() -> Iterator[str]:
+    """`python examples/fastmcp_server.py --http PORT`; yields the endpoint URL."""
+    from tests.e2e.harness import _free_port
 
     port = _free_port()
     process = subprocess.Popen(
@@ -75,15 +77,26 @@ async def test_example_server_over_http_with_its_token_verifier() -> None:
                 if probe.connect_ex(("127.0.0.1", port)) == 0:
                     break
             if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
                 _, err = process.communicate(timeout=5)
                 pytest.fail(f"the example did not start: {err.decode()[-2000:]}")
-            await anyio.sleep(0.1)
-        url = f"http://127.0.0.1:{port}/mcp"
-        call = {
-            "name": "charge",
-            "arguments": {"amount": 5, "currency": "eur"},
-            "idempotencyKey": "http-1",
-        }
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+
+
+@pytest.mark.slow
+async def test_example_server_over_http_with_its_token_verifier() -> None:
+    from tests.e2e.harness import LEGACY, MODERN, http_wire, result_text
+
+    call = {
+        "name": "charge",
+        "arguments": {"amount": 5, "currency": "eur"},
+        "idempotencyKey": "http-1",
+    }
+    with example_over_http() as url:
         for era in (LEGACY, MODERN):
             async with (
                 http_wire(url, era, "demo-alice") as alice,
@@ -93,6 +106,3 @@ async def test_example_server_over_http_with_its_token_verifier() -> None:
                 mine = result_text(await alice.call(call))
                 assert result_text(await alice.call(call)) == mine
                 assert result_text(await bob.call(call)) != mine
-    finally:
-        process.terminate()
-        process.wait(10)
