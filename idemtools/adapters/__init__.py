@@ -3,7 +3,9 @@
 mcp 1.x dispatches through `Server.request_handlers` (a dict keyed by request type); mcp 2.x
 through a middleware chain (`Server.middleware`) that sees raw params before any validation. The
 installed line is detected by what it ships (`mcp_types` exists only on 2.x), not by parsing
-version strings, and the server object is checked for the hook that line's adapter needs.
+version strings, and the server object is checked for the hook that line's adapter needs. A
+standalone FastMCP 4.x server (`fastmcp`, built on mcp 2.x) gets its own adapter, which reuses
+the mcp2 middleware and finds tools the way FastMCP does.
 """
 
 from __future__ import annotations
