@@ -15,12 +15,14 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 import uvicorn  # noqa: E402
+from fastmcp.server.auth import require_scopes  # noqa: E402
 from fastmcp.server.auth.providers.jwt import (  # noqa: E402
     JWTVerifier,
     RSAKeyPair,
     StaticTokenVerifier,
 )
 
+from idemtools import idempotent  # noqa: E402
 from tests.e2e.harness import (  # noqa: E402
     LEGACY,
     MODERN,
@@ -106,3 +108,29 @@ async def test_jwt_subjects_are_scoped_per_issuer(era: str) -> None:
             assert result_text(await a.call(charge("jwt-key"))) == first
             assert result_text(await b.call(charge("jwt-key"))) != first
     assert app.count("charge") == 2
+
+
+async def test_a_caller_who_lost_access_to_a_tool_gets_no_replay() -> None:
+    # FastMCP's component auth (`auth=require_scopes(...)`) hides the tool from a caller
+    # without the scope; idemtools then claims, records and replays nothing for that caller.
+    tokens = {"tok-alice": {"client_id": "app", "sub": "alice", "scopes": ["pay"]}}
+    app = make_app(auth=StaticTokenVerifier(tokens=tokens))
+
+    @app.server.tool(name="payout", auth=require_scopes("pay"))
+    @idempotent
+    def payout(amount: int) -> str:
+        app.runs.append(("payout", amount))
+        return f"paid out {amount}"
+
+    call = {"name": "payout", "arguments": {"amount": 9}, "idempotencyKey": "p1"}
+    with serve(app, stateless=True) as url:
+        async with http_wire(url, LEGACY, "tok-alice") as alice:
+            assert result_text(await alice.call(call)) == "paid out 9"
+            assert result_text(await alice.call(call)) == "paid out 9"  # replayed
+            tokens["tok-alice"]["scopes"] = []  # access revoked
+            refused = await alice.call(call)
+            assert refused["result"]["isError"] is True
+            assert "paid out" not in result_text(refused)
+    assert app.count("payout") == 1
+    stats = app.installation.engine.stats
+    assert (stats.executions, stats.replays) == (1, 1)

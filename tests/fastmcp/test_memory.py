@@ -32,6 +32,8 @@ async def keyed(client: Any, name: str, arguments: dict[str, Any], key: str) -> 
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_capability_is_advertised_to_a_fastmcp_client(mode: str) -> None:
+    # In one process the client's model declarations also reach the server's models; the
+    # wire proof, from a server process of its own, is in test_example.py.
     app = make_app()
     assert app.installation.adapter == "fastmcp"
     async with Client(app.server, mode=mode) as client:
