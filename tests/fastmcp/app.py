@@ -36,6 +36,7 @@ def make_app(
     child_middleware: list[Any] | None = None,
     store: Store | None = None,
     mount: bool = True,
+    **install_options: Any,
 ) -> App:
     """A FastMCP server: `charge` (by_auth_subject), `fail` (isError), `slow` (waits for the
     gate), `pay` (`name=` override, scope `shared`), and, mounted under namespace `child`
@@ -101,7 +102,9 @@ def make_app(
 
         server.mount(child, namespace="child", tool_names={"send": "dispatch"})
 
-    installation = idemtools.install(server, store=store, default_policy=Policy(scope=by_client_id))
+    installation = idemtools.install(
+        server, store=store, default_policy=Policy(scope=by_client_id), **install_options
+    )
     app = App(server, installation)
     holder["app"] = app
     return app

@@ -17,10 +17,12 @@ from idemtools import (  # noqa: E402
     ConflictError,
     InProgressError,
     ScopeUnavailableError,
+    by_client_id,
     idempotent,
     shared,
 )
 from idemtools.client import NO_RETRY, advertises_idempotency, call_tool  # noqa: E402
+from idemtools.policy import TOOL_META_KEY  # noqa: E402
 from tests.fastmcp.app import make_app, text  # noqa: E402
 
 MODES = {"auto": "2026-07-28", "legacy": "2025-11-25"}
@@ -140,3 +142,15 @@ async def test_docs_listing_follows_fastmcp_names_and_mounts() -> None:
     assert tools["child_ship"].own and tools["child_ship"].policy.retention == 2 * 3600
     assert tools["child_dispatch"].own and tools["child_dispatch"].policy.retention == 3 * 3600
     assert not tools["quote"].own
+
+
+async def test_tool_metadata_follows_fastmcp_names_and_mounts() -> None:
+    app = make_app(advertise_tool_metadata=True)
+    async with Client(app.server) as client:
+        listed = {
+            tool.name: (tool.meta or {}).get(TOOL_META_KEY) for tool in await client.list_tools()
+        }
+    assert listed["pay"] == {"retentionSeconds": 1800, "scope": shared.kind}
+    assert listed["child_ship"] == {"retentionSeconds": 7200, "scope": shared.kind}
+    assert listed["child_dispatch"] == {"retentionSeconds": 10800, "scope": shared.kind}
+    assert listed["quote"] == {"retentionSeconds": 86400, "scope": by_client_id.kind}
