@@ -56,7 +56,8 @@ class Installation:
     server: Any
     engine: Engine
     adapter: str
-    """Which adapter runs: "mcp1.fastmcp", "mcp1.lowlevel", "mcp2.mcpserver", "mcp2.lowlevel"."""
+    """Which adapter runs: "mcp1.fastmcp", "mcp1.lowlevel", "mcp2.mcpserver", "mcp2.lowlevel",
+    or "fastmcp" (the standalone FastMCP 4.x framework)."""
     _list_tools: Callable[[], Awaitable[list[tuple[str, Policy | None]]]] = field(repr=False)
 
     @property
@@ -156,10 +157,11 @@ def install(
     """Make every keyed `tools/call` on `server` idempotent, per SEP-3182.
 
     Accepts FastMCP and the low-level `Server` on mcp 1.x, MCPServer and the low-level `Server`
-    on mcp 2.x. After it returns, keyed calls are deduplicated before tool lookup, argument
-    validation or the handler, on every transport, and `capabilities.tools.idempotency` is
-    advertised. Tools without `@idempotent` get `default_policy`: a server that advertises the
-    capability never executes a keyed call twice.
+    on mcp 2.x, and the standalone FastMCP 4.x framework (`fastmcp`, on mcp 2.x). After it
+    returns, keyed calls are deduplicated before tool lookup, argument validation or the
+    handler, on every transport, and `capabilities.tools.idempotency` is advertised. Tools
+    without `@idempotent` get `default_policy`: a server that advertises the capability never
+    executes a keyed call twice.
 
     Args:
         store: defaults to a new `MemoryStore` (one process; use Redis or PostgreSQL when the

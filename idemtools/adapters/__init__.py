@@ -3,12 +3,15 @@
 mcp 1.x dispatches through `Server.request_handlers` (a dict keyed by request type); mcp 2.x
 through a middleware chain (`Server.middleware`) that sees raw params before any validation. The
 installed line is detected by what it ships (`mcp_types` exists only on 2.x), not by parsing
-version strings, and the server object is checked for the hook that line's adapter needs.
+version strings, and the server object is checked for the hook that line's adapter needs. A
+standalone FastMCP 4.x server (`fastmcp`, built on mcp 2.x) gets its own adapter, which reuses
+the mcp2 middleware and finds tools the way FastMCP does.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InstallError
@@ -29,11 +32,24 @@ SDK2 = sdk_line() == 2
 """mypy checks one SDK line per run: `--always-true SDK2` on 2.x, `--always-false SDK2` on 1.x."""
 
 
+def _is_fastmcp(server: Any) -> bool:
+    """A standalone FastMCP (`fastmcp` 4.x) server; its module is loaded if `server` is one."""
+    module = sys.modules.get("fastmcp.server.server")
+    cls = getattr(module, "FastMCP", None)
+    return isinstance(cls, type) and isinstance(server, cls)
+
+
 def adapt(
     server: Any, engine: Engine, *, declare_field: bool, tool_metadata: bool = False
 ) -> Installation:
     lowlevel = getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", None)
     target = lowlevel if lowlevel is not None else server
+    if SDK2 and _is_fastmcp(server):
+        from .fastmcp import adapt as adapt_fastmcp
+
+        return adapt_fastmcp(
+            server, target, engine, declare_field=declare_field, tool_metadata=tool_metadata
+        )
     if SDK2:
         if isinstance(getattr(target, "middleware", None), list):
             from .mcp2 import adapt as adapt2
@@ -49,6 +65,6 @@ def adapt(
         )
     raise InstallError(
         f"idemtools cannot install on {type(server).__name__}: expected FastMCP or the low-level "
-        "Server (mcp 1.x), or MCPServer or the low-level Server (mcp 2.x), from the installed "
-        f"mcp {sdk_line()}.x"
+        "Server (mcp 1.x), or MCPServer, the low-level Server or a standalone FastMCP 4.x server "
+        f"(mcp 2.x), from the installed mcp {sdk_line()}.x"
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -90,6 +91,8 @@ def _transport(ctx: Any) -> Transport:
     if ctx.request is not None:
         return "http" if getattr(ctx.request, "scope", {}).get("type") == "http" else "unknown"
     outbound = getattr(ctx.session, "_request_outbound", None)
+    # The 2026-07-28 era over a stream pair wraps the loop's context (no server requests).
+    outbound = getattr(outbound, "_inner", outbound)
     kind = getattr(getattr(outbound, "transport", None), "kind", None)
     if kind == DIRECT_TRANSPORT_KIND:  # the SDK's in-process Client: no wire at all
         return "memory"
@@ -215,7 +218,7 @@ class IdempotencyMiddleware:
         self.issuer = issuer
         self.tool_metadata = tool_metadata
 
-    def with_metadata(self, result: Any) -> Any:
+    async def with_metadata(self, ctx: Any, result: Any) -> Any:
         """Publish each listed tool's policy under `_meta[TOOL_META_KEY]` (opt-in)."""
         tools = result.get("tools") if isinstance(result, dict) else None
         if not isinstance(tools, list):
@@ -224,8 +227,8 @@ class IdempotencyMiddleware:
         for tool in tools:
             if isinstance(tool, dict) and isinstance(tool.get("name"), str):
                 name = tool["name"]
-                found = self.tool_manager.get_tool(name) if self.tool_manager is not None else None
-                policy = self.engine.policy_for(name, policy_of(getattr(found, "fn", None)))
+                _, own = await self.find(ctx, name)
+                policy = self.engine.policy_for(name, own)
                 meta = tool.get("_meta")
                 tool = {
                     **tool,
@@ -236,6 +239,19 @@ class IdempotencyMiddleware:
                 }
             listed.append(tool)
         return {**result, "tools": listed}
+
+    passes_unknown = False
+    """When True, a keyed call for a tool `find` does not know bypasses the engine (FastMCP)."""
+
+    async def find(self, ctx: Any, name: str) -> tuple[bool, Policy | None]:
+        """Whether the server has tool `name` (as far as a lookup can tell) and its own policy.
+
+        MCPServer: its tool manager. Low-level server: unknown here (its handler decides).
+        """
+        tool = self.tool_manager.get_tool(name) if self.tool_manager is not None else None
+        if tool is None:
+            return False, None
+        return True, policy_of(getattr(tool, "fn", None))
 
     async def unknown(self, ctx: Any, name: str, known_before: bool) -> bool:
         """After an error answer: was `name` a tool this server does not have?
@@ -272,7 +288,7 @@ class IdempotencyMiddleware:
             if method in ("initialize", "server/discover") and ctx.request_id is not None:
                 return _advertise(await call_next(ctx))
             if method == "tools/list" and self.tool_metadata:
-                return self.with_metadata(await call_next(ctx))
+                return await self.with_metadata(ctx, await call_next(ctx))
             return await call_next(ctx)
         params = ctx.params
         if not params or ctx.request_id is None:  # no params, or a notification
@@ -307,9 +323,9 @@ class IdempotencyMiddleware:
                 "idemtools was not the innermost server middleware; the call was not run, retry it",
             )
 
-        tool = self.tool_manager.get_tool(name) if self.tool_manager is not None else None
-        policy = policy_of(getattr(tool, "fn", None)) if tool is not None else None
-        known = tool is not None
+        known, policy = await self.find(ctx, name)
+        if not known and self.passes_unknown:
+            return await call_next(ctx)  # no such tool for this caller: nothing runs or records
 
         async def run() -> Outcome:
             try:
@@ -362,9 +378,9 @@ def _mark_local_entry_points(server: Any, lowlevel: Any) -> None:
     run_stdio = getattr(server, "run_stdio_async", None)
     if run_stdio is not None and server is not lowlevel:
 
-        async def run_stdio_async() -> None:
-            with local_transport("stdio"):
-                await run_stdio()
+        async def run_stdio_async(*args: Any, **kwargs: Any) -> None:
+            with local_transport("stdio"):  # FastMCP passes show_banner=, log_level=...
+                await run_stdio(*args, **kwargs)
 
         server.run_stdio_async = run_stdio_async
     original_run = lowlevel.run
@@ -427,17 +443,28 @@ def _envelope(result: dict[str, Any], version: str, lowlevel: Any) -> dict[str, 
 
 
 def adapt(
-    server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool, tool_metadata: bool = False
+    server: Any,
+    lowlevel: Any,
+    engine: Engine,
+    *,
+    declare_field: bool,
+    tool_metadata: bool = False,
+    middleware: IdempotencyMiddleware | None = None,
+    kind: str | None = None,
+    list_tools: Callable[[], Awaitable[list[tuple[str, Policy | None]]]] | None = None,
 ) -> Installation:
+    """Hook `lowlevel`; `middleware`, `kind` and `list_tools` let a framework adapter
+    built on this SDK line (FastMCP) bring its own tool lookup."""
     if any(isinstance(m, IdempotencyMiddleware) for m in lowlevel.middleware):
         raise InstallError("idemtools is already installed on this server")
     if declare_field:
         declare_key_field()
         _self_test()
     tool_manager = getattr(server, "_tool_manager", None)
-    middleware = IdempotencyMiddleware(
-        lowlevel, engine, tool_manager, configured_issuer(server), tool_metadata=tool_metadata
-    )
+    if middleware is None:
+        middleware = IdempotencyMiddleware(
+            lowlevel, engine, tool_manager, configured_issuer(server), tool_metadata=tool_metadata
+        )
     _mark_local_entry_points(server, lowlevel)
     lowlevel.middleware = _InnermostList([*lowlevel.middleware, middleware], middleware)
     original_caps = lowlevel.get_capabilities
@@ -452,13 +479,16 @@ def adapt(
 
     lowlevel.get_capabilities = get_capabilities
 
-    async def list_tools() -> list[tuple[str, Policy | None]]:
+    async def sdk_list_tools() -> list[tuple[str, Policy | None]]:
         if tool_manager is None:
             return [(name, None) for name in engine.registry]
         return [(t.name, policy_of(t.fn)) for t in tool_manager.list_tools()]
 
-    kind = "mcp2.mcpserver" if tool_manager is not None else "mcp2.lowlevel"
-    installation = Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
+    if kind is None:
+        kind = "mcp2.mcpserver" if tool_manager is not None else "mcp2.lowlevel"
+    installation = Installation(
+        server=server, engine=engine, adapter=kind, _list_tools=list_tools or sdk_list_tools
+    )
     installation.hook_lifespan(lowlevel)  # the store is checked once, when the server starts
     return installation
 

@@ -1,0 +1,235 @@
+"""Adapter for the standalone FastMCP framework (`fastmcp` 4.x on PyPI, built on mcp 2.x).
+
+A FastMCP 4 server is an mcp 2.x low-level `Server` underneath (`server._mcp_server`), so the
+deduplication itself is the mcp2 adapter's middleware, at the same place: in the SDK middleware
+chain, where the raw params (and the key) are still there. What FastMCP changes, and this
+module handles:
+
+- FastMCP's root middleware rebuilds `initialize` and `server/discover` results as typed
+  models, which drop `capabilities.tools.idempotency`. An outermost SDK middleware adds it
+  back to the result FastMCP returns.
+- Tools are found the way FastMCP finds them (`FastMCP.get_tool`: providers, mounted servers,
+  `name=` overrides, `tool_names=` renames, component `auth=` and visibility). A tool the
+  caller cannot see is not deduplicated at all: FastMCP answers it as it always does, and
+  nothing is claimed, recorded or replayed (a caller whose access was revoked gets no replay).
+  The policy is the `@idempotent` on the function behind the tool, through transformed and
+  mounted-server tools.
+- `ResponseCachingMiddleware` runs inside FastMCP's own chain, after idemtools: a keyed call
+  bypasses it both ways (never answered from the cache, never written to it), so every keyed
+  call either executes once or is replayed from the idempotency record. Unkeyed calls are
+  cached as before.
+- FastMCP's in-memory `Client(server)` transport is identified as local ("memory"), like the
+  SDK's own, so `by_auth_subject` works in FastMCP-style tests; `server.run()` (stdio) is
+  identified by the mcp2 adapter. Over HTTP the caller is the access token FastMCP's `auth=`
+  (token verifiers, auth providers) validated; its issuer is the token's `iss`, else the
+  verifier's configured `issuer`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import sys
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..engine import Engine
+from ..installation import Installation
+from ..policy import Policy, policy_of
+from ..scopes import declared_local_transport, local_transport
+from . import _fields, mcp2
+
+__all__ = ["FastMCPIdempotencyMiddleware", "adapt", "tool_policy"]
+
+log = logging.getLogger("idemtools")
+
+_KEYED_CALL: ContextVar[bool] = ContextVar("idemtools_fastmcp_keyed_call", default=False)
+"""True while a keyed `tools/call` runs: FastMCP's response cache steps aside for it."""
+
+_MAX_HOPS = 16
+"""Tool wrappers followed at most to find the function behind a tool (mount depth, renames)."""
+
+_FASTMCP_MEMORY_CALLERS = ("fastmcp/client/transports/memory.py",)
+
+
+async def tool_policy(tool: Any) -> Policy | None:
+    """The `@idempotent` policy of the function behind a FastMCP tool, if it declared one.
+
+    Follows what FastMCP wraps a tool in: a `TransformedTool` (a rename, `tool_names=`,
+    argument transforms) forwards to its `parent_tool`; a mounted server's tool
+    (`FastMCPProviderTool`) delegates to the child server's tool of its original name.
+    """
+    for _ in range(_MAX_HOPS):
+        if tool is None:
+            return None
+        policy = policy_of(getattr(tool, "fn", None))
+        if policy is not None:
+            return policy
+        parent = getattr(tool, "parent_tool", None)
+        if parent is not None:
+            tool = parent
+            continue
+        child = getattr(tool, "_server", None)
+        original = getattr(tool, "_original_name", None)
+        if child is not None and isinstance(original, str) and hasattr(child, "get_tool"):
+            tool = await child.get_tool(original)
+            continue
+        return None
+    return None
+
+
+def _issuer(server: Any) -> str | None:
+    """The issuer FastMCP's `auth=` verifies tokens against (`JWTVerifier(issuer=...)`, also
+    inside a `RemoteAuthProvider`), when it names exactly one."""
+    auth = getattr(server, "auth", None)
+    for candidate in (auth, getattr(auth, "token_verifier", None)):
+        issuer = getattr(candidate, "issuer", None)
+        if isinstance(issuer, str) and issuer:
+            return issuer
+    return None
+
+
+class FastMCPIdempotencyMiddleware(mcp2.IdempotencyMiddleware):
+    """The mcp2 middleware, finding tools and policies the way FastMCP does."""
+
+    passes_unknown = True
+
+    def __init__(
+        self, fastmcp: Any, lowlevel: Any, engine: Engine, *, tool_metadata: bool = False
+    ) -> None:
+        super().__init__(lowlevel, engine, None, _issuer(fastmcp), tool_metadata=tool_metadata)
+        self.fastmcp = fastmcp
+
+    async def find(self, ctx: Any, name: str) -> tuple[bool, Policy | None]:
+        try:
+            tool = await self.fastmcp.get_tool(name)
+        except Exception:
+            # A lookup that fails says nothing: deduplicate with the default policy.
+            log.warning("FastMCP get_tool(%r) failed; the keyed call gets the default policy", name)
+            return True, None
+        if tool is None:
+            return False, None
+        return True, await tool_policy(tool)
+
+    async def unknown(self, ctx: Any, name: str, known_before: bool) -> bool:
+        # Seen before the call (else it bypassed the engine); gone now: removed while it ran.
+        try:
+            return await self.fastmcp.get_tool(name) is None
+        except Exception:
+            return False
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        params = ctx.params
+        if (
+            ctx.method == "tools/call"
+            and isinstance(params, Mapping)
+            and params.get(_fields.WIRE_NAME) is not None
+        ):
+            token = _KEYED_CALL.set(True)
+            try:
+                return await super().__call__(ctx, call_next)
+            finally:
+                _KEYED_CALL.reset(token)
+        return await super().__call__(ctx, call_next)
+
+
+class _AdvertiseCapability:
+    """Outermost SDK middleware: `capabilities.tools.idempotency` on the result FastMCP built.
+
+    FastMCP's root middleware (inside this one) re-validates `initialize` and
+    `server/discover` results into typed models that drop the key the inner idemtools
+    middleware added, so it is added again here, on the serialized form.
+    """
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        result = await call_next(ctx)
+        if ctx.method in ("initialize", "server/discover") and ctx.request_id is not None:
+            if isinstance(result, BaseModel):
+                result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            return mcp2._advertise(result)
+        return result
+
+
+def _bypass_response_cache() -> None:
+    """Make `ResponseCachingMiddleware.on_call_tool` step aside during a keyed call (once).
+
+    Why on the class: the cache may sit in the chain of any server, mounted ones included,
+    and may be added after `install()`. Outside a keyed call it behaves exactly as before.
+    """
+    try:
+        from fastmcp.server.middleware.caching import ResponseCachingMiddleware
+    except ImportError:  # a fastmcp without the caching middleware: nothing to step around
+        return
+    original = ResponseCachingMiddleware.on_call_tool
+    if getattr(original, "__idemtools_bypass__", False):
+        return
+
+    @functools.wraps(original)
+    async def on_call_tool(self: Any, context: Any, call_next: Any) -> Any:
+        if _KEYED_CALL.get():
+            return await call_next(context)
+        return await original(self, context, call_next)
+
+    setattr(on_call_tool, "__idemtools_bypass__", True)  # noqa: B010
+    setattr(ResponseCachingMiddleware, "on_call_tool", on_call_tool)  # noqa: B010
+
+
+def _mark_memory_transport(lowlevel: Any) -> None:
+    """`Client(server)` (FastMCP's in-memory transport) serves a local, in-process client."""
+    inner = lowlevel.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
+        if declared_local_transport() is None and caller.endswith(_FASTMCP_MEMORY_CALLERS):
+            with local_transport("memory"):  # read by the mcp2 wrapper when it is called
+                return inner(*args, **kwargs)
+        return inner(*args, **kwargs)
+
+    lowlevel.run = run
+
+
+@contextlib.contextmanager
+def _all_components_visible() -> Iterator[None]:
+    """For the docs: list every tool, not only those an anonymous HTTP caller may see.
+
+    FastMCP skips component `auth=` checks on stdio (the local user is trusted there).
+    """
+    try:
+        from fastmcp.server.context import reset_transport, set_transport
+    except ImportError:
+        yield
+        return
+    token = set_transport("stdio")
+    try:
+        yield
+    finally:
+        reset_transport(token)
+
+
+def adapt(
+    server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool, tool_metadata: bool = False
+) -> Installation:
+    middleware = FastMCPIdempotencyMiddleware(server, lowlevel, engine, tool_metadata=tool_metadata)
+
+    async def list_tools() -> list[tuple[str, Policy | None]]:
+        with _all_components_visible():
+            tools = list(await server.list_tools(run_middleware=False))
+        return [(tool.name, await tool_policy(tool)) for tool in tools]
+
+    installation = mcp2.adapt(
+        server,
+        lowlevel,
+        engine,
+        declare_field=declare_field,
+        middleware=middleware,
+        kind="fastmcp",
+        list_tools=list_tools,
+    )
+    lowlevel.middleware.insert(0, _AdvertiseCapability())
+    _mark_memory_transport(lowlevel)
+    _bypass_response_cache()
+    return installation
