@@ -465,6 +465,33 @@ class LocalCluster:
             timeout=60,
         )
         self.wait_ok(deadline=time.monotonic() + 30)
+        self.wait_replicas(deadline=time.monotonic() + 30)
+
+    def wait_replicas(self, *, deadline: float, count: int = 3) -> None:
+        """Until `count` live nodes are replicas whose link to their primary is up (synced)."""
+        import time
+
+        import redis
+
+        while True:
+            synced = 0
+            for port, proc in self.procs.items():
+                if proc.poll() is not None:
+                    continue
+                client = redis.Redis(port=port, socket_connect_timeout=1, socket_timeout=1)
+                try:
+                    info = client.info("replication")
+                except redis.RedisError:
+                    continue
+                finally:
+                    client.close()
+                if info.get("role") == "slave" and info.get("master_link_status") == "up":
+                    synced += 1
+            if synced >= count:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {synced} of {count} cluster replicas are in sync")
+            time.sleep(0.05)
 
     def wait_ok(self, *, deadline: float, primaries: int = 3) -> None:
         """Until every live node reports cluster_state:ok and sees `primaries` serving slots."""

@@ -22,6 +22,12 @@ What a Cluster needs that one Redis does not (each measured under load on a loca
   `complete` was not retried and its outcome was lost. `driver_fault` recognises an
   AttributeError/TypeError raised inside redis-py or asyncio's transport code, and the store
   treats it as the broken connection it is.
+* **MOVED updates one slot, not the whole map** (`reinitialize_steps=0`). By default redis-py
+  re-reads the topology every 5th MOVED, and each refresh marks *every* connection of every
+  node for reconnect; during `redis-cli --cluster reshard` that meant tens of thousands of
+  reconnects, the race above, and claims refused as "store unavailable". With 0, a MOVED
+  moves just its slot (redis-py's `move_slot`); connection errors still refresh everything.
+  Under a 1000-slot reshard with calls flowing: 26 failed commands before, none after.
 * **WAIT on the connection that wrote.** `WAIT n ms` counts replicas that acknowledged the
   writes of *its own connection*, so it must follow the script on the same one; a pooled
   client gives no such guarantee. `eval_and_wait` sends both in one write on one connection
@@ -79,6 +85,7 @@ def cluster_from_url(url: str, **kwargs: Any) -> RedisCluster:
     scheme, _, rest = url.partition("://")
     plain = ("rediss" if scheme.lower().startswith("rediss") else "redis") + "://" + rest
     kwargs.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
+    kwargs.setdefault("reinitialize_steps", 0)  # see the module docstring: slots in motion
     return RedisCluster.from_url(plain, **kwargs)
 
 
@@ -135,6 +142,7 @@ def keeper_cluster(client: RedisCluster) -> RedisCluster | None:
         return RedisCluster(
             startup_nodes=startup,
             max_connections=KEEPER_MAX_CONNECTIONS,
+            reinitialize_steps=client.reinitialize_steps,
             retry=client.retry,
             **settings,
         )
@@ -178,7 +186,13 @@ async def eval_and_wait(
             raise redis_errors.ClusterDownError("no known node serves the record's slot")
         commands: list[tuple[Any, ...]] = [("ASKING",)] if asking else []
         commands += [("EVAL", text, len(names), *names, *args), ("WAIT", replicas, timeout_ms)]
-        replies = await _send(node, commands)
+        try:
+            replies = await _send(node, commands)
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError):
+            # As redis-py does for its own commands: re-read the topology before the next
+            # command (the node may be gone and its replica promoted).
+            cluster._initialize = True
+            raise
         reply, acked = replies[-2], replies[-1]
         if isinstance(reply, redis_errors.MovedError):
             await cluster.nodes_manager.initialize()  # the slot has a new primary for good

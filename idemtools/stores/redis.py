@@ -1,4 +1,4 @@
-"""RedisStore: records shared by every server instance through one Redis (or Valkey, or Cluster).
+"""RedisStore: records shared by every server instance through one Redis (or a Redis Cluster).
 
 Why it is built this way:
 
@@ -6,8 +6,9 @@ Why it is built this way:
   each run as a single server-side Lua script (EVALSHA; loaded on NOSCRIPT) touching exactly
   one key. A script runs atomically on the server, so no other client can slip in between "is
   the key free?" and "take it"; touching one key keeps every operation inside one hash slot, so
-  the same code works on Redis Cluster and Valkey. A first execution therefore costs exactly two
-  round trips (claim, complete) and a replay one (claim answers with the completed record).
+  the same code works on Redis Cluster (Cluster specifics live in `_redis_cluster.py`; Valkey
+  is untested). A first execution therefore costs exactly two round trips (claim, complete)
+  and a replay one (claim answers with the completed record).
 * **Redis expires records itself.** Every write sets PEXPIRE (lease while in progress, retention
   once completed), so no sweeper is needed and `remaining` comes from PTTL, i.e. from the Redis
   server's clock: instances never compare their own clocks.

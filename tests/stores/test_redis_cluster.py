@@ -1,4 +1,4 @@
-"""RedisStore on a real Redis Cluster: conformance, load, broken connections, moving slots, failover.
+"""RedisStore on a real Redis Cluster: conformance, load, broken connections, resharding, failover.
 
 The cluster is private to the run (`redis_cluster` in tests/conftest.py: six `redis-server`
 processes, 3 primaries with one replica each, started once per session). Each test works under
@@ -8,6 +8,7 @@ its own key prefix, so tests never see each other's records.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import threading
@@ -145,10 +146,8 @@ async def test_connections_killed_under_load_fail_closed_and_nothing_is_lost(
         while not done.is_set():
             await asyncio.sleep(0.03)
             for client in admin:
-                try:
+                with contextlib.suppress(redis.RedisError):
                     await client.client_kill_filter(_type="normal", skipme=True)
-                except redis.RedisError:
-                    pass
 
     async def worker(w: int) -> None:
         for i in range(15):
@@ -241,3 +240,168 @@ def test_race_32_processes_one_key_then_500_keys_on_the_cluster(
     prefix = _prefix()
     _race(redis_cluster.url, prefix)
     asyncio.run(_check_race_records(RedisStore.from_url(redis_cluster.url, prefix=prefix)))
+
+
+# -- slots on the move -----------------------------------------------------------------------------
+
+
+def _node_ids(cluster: LocalCluster) -> dict[int, tuple[str, bool, int]]:
+    """port → (node id, is a primary, slots served) of every live node."""
+    client = redis.Redis(port=cluster.ports[0], socket_timeout=2)
+    try:
+        nodes = client.cluster("nodes")
+    finally:
+        client.close()
+    found = {}
+    for address, node in nodes.items():
+        port = int(address.rsplit(":", 1)[1].split("@")[0])
+        slots = sum(int(s[-1]) - int(s[0]) + 1 for s in node["slots"])
+        flags = node["flags"]
+        found[port] = (node["node_id"], "master" in flags and "fail" not in flags, slots)
+    return found
+
+
+@pytest.mark.slow
+async def test_reshard_while_keyed_calls_flow_executes_each_key_once(
+    redis_cluster: LocalCluster,
+) -> None:
+    """`redis-cli --cluster reshard` migrates slots key by key (MIGRATE; ASK, then MOVED for
+    clients) while pairs of tasks send the same keyed calls: no key runs twice, none is lost."""
+    store = RedisStore.from_url(redis_cluster.url, prefix=_prefix())
+    engine = Engine(store)
+    runs: Counter[str] = Counter()
+    nodes = _node_ids(redis_cluster)
+    primaries = sorted(
+        (slots, port, node_id) for port, (node_id, primary, slots) in nodes.items() if primary
+    )
+    (_, source_port, source), (_, _, target) = primaries[-1], primaries[0]
+    done = threading.Event()
+    issued: set[str] = set()
+
+    def reshard() -> None:
+        try:
+            subprocess.run(
+                [
+                    "redis-cli", "--cluster", "reshard", f"127.0.0.1:{source_port}",
+                    "--cluster-from", source, "--cluster-to", target,
+                    "--cluster-slots", "1500", "--cluster-yes",
+                    "--cluster-pipeline", "10",
+                ],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120,
+            )  # fmt: skip
+        finally:
+            done.set()
+
+    async def caller(pair: int) -> None:
+        for i in range(3000):  # bounded; ends once the reshard has ended
+            key = f"p{pair}-{i}"
+            issued.add(key)
+
+            async def run(key: str = key) -> Outcome:
+                runs[key] += 1
+                return Outcome(
+                    result={"content": [{"type": "text", "text": key}], "isError": False}
+                )
+
+            call = ToolCall(name="pay", arguments={"n": i}, key=key, policy=_policy())
+            outcome = await engine.handle(call, run)
+            if outcome.error is not None:
+                assert outcome.error["data"]["type"] == "idempotency_key_in_progress", outcome
+            if done.is_set():
+                return
+
+    try:
+        mover = threading.Thread(target=reshard)
+        mover.start()
+        with anyio.fail_after(150):
+            await asyncio.gather(*(caller(p // 2) for p in range(8)))  # two tasks per key
+        await anyio.to_thread.run_sync(mover.join, 30)
+        moved = _node_ids(redis_cluster)
+        assert moved[source_port][2] == nodes[source_port][2] - 1500, "slots really moved"
+        assert len(issued) > 200, "calls flowed during the reshard"
+        assert max(runs.values()) == 1 and set(runs) == issued
+        for key in sorted(issued):  # and every one replays its own outcome afterwards
+            again = await engine.handle(
+                ToolCall(
+                    name="pay", arguments={"n": int(key.split("-")[1])}, key=key, policy=_policy()
+                ),
+                lambda: pytest.fail("ran again"),  # type: ignore[arg-type,return-value]
+            )
+            assert _text(again) == key
+    finally:
+        await engine.aclose()
+
+
+# -- failover --------------------------------------------------------------------------------------
+
+
+async def _until_available(operation: Any, seconds: float = 20.0) -> Any:
+    """`operation()` retried while the cluster elects a new primary (bounded)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return await operation()
+        except StoreUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            await anyio.sleep(0.2)
+
+
+@pytest.mark.slow
+async def test_wait_mode_completion_survives_failover_of_its_primary(
+    redis_cluster: LocalCluster,
+) -> None:
+    """With wait_replicas=1 a completion the store acknowledged is on a replica too: SIGKILL its
+    primary, the replica takes over, and the key replays. The promoted primary then has no
+    replica, so a WAIT-mode claim there is refused (and left free), not silently unreplicated."""
+    prefix = _prefix()
+    store = RedisStore.from_url(redis_cluster.url, prefix=prefix, wait_replicas=1, wait_timeout=1)
+    victim = 0
+    try:
+        for i in range(20):
+            assert (await store.claim("s", f"k{i}", "fp", "o1", 30)).claimed
+            assert await store.complete("s", f"k{i}", "o1", b'"paid"', 300, fingerprint="fp")
+        victim = redis_cluster.primary_of(store.key_name("s", "k0"))
+        redis_cluster.procs[victim].send_signal(signal.SIGKILL)
+        redis_cluster.procs[victim].wait(5)
+        await anyio.to_thread.run_sync(
+            lambda: redis_cluster.wait_ok(deadline=time.monotonic() + 30)
+        )
+        for i in range(20):  # every acknowledged completion replays from the new primaries
+            claim = await _until_available(lambda i=i: store.claim("s", f"k{i}", "fp", "o2", 30))
+            assert not claim.claimed and claim.existing is not None
+            assert claim.existing.status is Status.COMPLETED and claim.existing.outcome == b'"paid"'
+        # The shard that lost its primary has no replica now: WAIT cannot be satisfied there.
+        strict = RedisStore.from_url(
+            redis_cluster.url, prefix=prefix, wait_replicas=1, wait_timeout=0.2
+        )
+        try:
+            orphan = next(
+                f"n{i}" for i in range(1000)
+                if _orphaned(redis_cluster, strict.key_name("s", f"n{i}"))
+            )  # fmt: skip
+            with pytest.raises(StoreUnavailableError, match="replicas"):
+                await strict.claim("s", orphan, "fp", "o3", 30)
+            assert await strict.get("s", orphan) is None, "the unreplicated claim was released"
+        finally:
+            await strict.aclose()
+    finally:
+        await store.aclose()
+        # Leave six live nodes: the killed one comes back as the new primary's replica.
+        if victim and redis_cluster.procs[victim].poll() is not None:
+            redis_cluster.start_node(victim)
+            await anyio.to_thread.run_sync(
+                lambda: redis_cluster.wait_replicas(deadline=time.monotonic() + 30)
+            )
+            await anyio.to_thread.run_sync(
+                lambda: redis_cluster.wait_ok(deadline=time.monotonic() + 30)
+            )
+
+
+def _orphaned(cluster: LocalCluster, key: bytes) -> bool:
+    """True when `key`'s primary has no connected replica."""
+    client = redis.Redis(port=cluster.primary_of(key), socket_timeout=1)
+    try:
+        return int(client.info("replication").get("connected_slaves", 0)) == 0
+    finally:
+        client.close()
