@@ -405,3 +405,64 @@ def _orphaned(cluster: LocalCluster, key: bytes) -> bool:
         return int(client.info("replication").get("connected_slaves", 0)) == 0
     finally:
         client.close()
+
+
+@pytest.mark.slow
+async def test_without_wait_a_failover_can_lose_an_acknowledged_completion(
+    redis_cluster: LocalCluster,
+) -> None:
+    """What asynchronous replication loses, made deterministic: the replica's link to its
+    primary is cut and cannot come back (it AUTHs as a user the primary lacks), so nothing
+    written afterwards reaches it. A completion the store reported written is gone once that
+    replica takes over, and the key would run again. WAIT mode refuses instead."""
+    prefix = _prefix()
+    plain = RedisStore.from_url(redis_cluster.url, prefix=prefix)
+    waiting = RedisStore.from_url(
+        redis_cluster.url, prefix=prefix, wait_replicas=1, wait_timeout=0.3
+    )
+    victim = redis_cluster.primary_of(plain.key_name("s", "lost"))
+    nodes = redis.Redis(port=victim, socket_timeout=2).cluster("nodes")
+    victim_id = next(
+        n["node_id"] for a, n in nodes.items() if a.split("@")[0].endswith(f":{victim}")
+    )
+    replica_port = next(
+        int(a.split("@")[0].rsplit(":", 1)[1]) for a, n in nodes.items()
+        if n["master_id"] == victim_id and "fail" not in n["flags"]
+    )  # fmt: skip
+    primary = redis.Redis(port=victim, socket_timeout=2)
+    replica = redis.Redis(port=replica_port, socket_timeout=2)
+    try:
+        # AUTH as a user the primary does not have: the replica can never resync.
+        replica.config_set("masteruser", "nobody-at-all")
+        replica.config_set("masterauth", "not-the-password")
+        primary.client_kill_filter(_type="replica")
+        deadline = time.monotonic() + 10
+        while int(primary.info("replication")["connected_slaves"]) != 0:
+            assert time.monotonic() < deadline, "the replica link did not drop"
+            await anyio.sleep(0.01)
+        with pytest.raises(StoreUnavailableError, match="0 of the 1 replicas"):
+            await waiting.claim("s", "refused", "fp", "o0", 30)
+        assert (await plain.claim("s", "lost", "fp", "o1", 30)).claimed
+        assert await plain.complete("s", "lost", "o1", b'"paid"', 300, fingerprint="fp")
+        redis_cluster.procs[victim].send_signal(signal.SIGKILL)
+        redis_cluster.procs[victim].wait(5)
+        await anyio.to_thread.run_sync(
+            lambda: redis_cluster.wait_ok(deadline=time.monotonic() + 30)
+        )
+        again = await _until_available(lambda: plain.claim("s", "lost", "fp", "o2", 30))
+        assert again.claimed, "the acknowledged completion was lost: the tool would run again"
+    finally:
+        replica.config_set("masteruser", "")
+        replica.config_set("masterauth", "")
+        primary.close()
+        replica.close()
+        await plain.aclose()
+        await waiting.aclose()
+        if redis_cluster.procs[victim].poll() is not None:
+            redis_cluster.start_node(victim)
+            await anyio.to_thread.run_sync(
+                lambda: redis_cluster.wait_replicas(deadline=time.monotonic() + 30)
+            )
+            await anyio.to_thread.run_sync(
+                lambda: redis_cluster.wait_ok(deadline=time.monotonic() + 30)
+            )
