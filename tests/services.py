@@ -422,6 +422,7 @@ class LocalCluster:
                 "--dir", self.directory,
                 "--save", "",
                 "--appendonly", "no",
+                "--repl-diskless-sync-delay", "0",  # a replica syncs at once, not after 5 s
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

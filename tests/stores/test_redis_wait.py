@@ -24,7 +24,7 @@ pytestmark = pytest.mark.services
 
 @pytest.fixture(scope="module")
 def primary_and_replica() -> Iterator[tuple[str, str]]:
-    with private_redis() as primary:
+    with private_redis("--repl-diskless-sync-delay", "0") as primary:
         port = primary.rsplit(":", 1)[1].split("/")[0]
         with private_redis("--replicaof", "127.0.0.1", port) as replica:
             client = redis.Redis.from_url(replica, socket_timeout=1)
