@@ -19,6 +19,7 @@ import functools
 import os
 import time
 import uuid
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -374,3 +375,200 @@ def filled_redis(url: str):  # type: ignore[no-untyped-def]
         yield
     finally:
         client.close()
+
+
+# -- a private Redis Cluster (3 primaries, one replica each) --------------------------------------
+
+
+def _cluster_ports(count: int) -> list[int]:
+    """`count` free 127.0.0.1 ports whose cluster bus ports (port + 10000) are free too."""
+    import random
+    import socket
+
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < count:
+        port = rng.randrange(20000, 55535)
+        if port in ports:
+            continue
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        ports.append(port)
+    return ports
+
+
+class LocalCluster:
+    """A throwaway Redis Cluster of `redis-server` processes on 127.0.0.1 (no persistence).
+
+    Six nodes: three primaries, one replica each, `cluster-node-timeout` 1000 ms so a killed
+    primary's replica takes over within seconds. `url` is the store URL of its first node.
+    """
+
+    def __init__(self, directory: str, *, node_timeout_ms: int = 1000) -> None:
+        self.directory = directory
+        self.node_timeout_ms = node_timeout_ms
+        self.ports = _cluster_ports(6)
+        self.procs: dict[int, Any] = {}
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.ports[0]}/0"
+
+    def start_node(self, port: int) -> None:
+        import subprocess
+
+        binary = need_redis_server()
+        self.procs[port] = subprocess.Popen(
+            [
+                binary,
+                "--port", str(port),
+                "--bind", "127.0.0.1",
+                "--cluster-enabled", "yes",
+                "--cluster-config-file", f"{self.directory}/nodes-{port}.conf",
+                "--cluster-node-timeout", str(self.node_timeout_ms),
+                "--dir", self.directory,
+                "--save", "",
+                "--appendonly", "no",
+                "--repl-diskless-sync-delay", "0",  # a replica syncs at once, not after 5 s
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def start(self) -> None:
+        import shutil
+        import subprocess
+        import time
+
+        import redis
+
+        for port in self.ports:
+            self.start_node(port)
+        deadline = time.monotonic() + 20
+        for port in self.ports:
+            client = redis.Redis(port=port, socket_connect_timeout=1)
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    if self.procs[port].poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"cluster node {port} did not start") from None
+                    time.sleep(0.02)
+            client.close()
+        cli = shutil.which("redis-cli") or "redis-cli"
+        subprocess.run(
+            [
+                cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{p}" for p in self.ports),
+                "--cluster-replicas",
+                "1",
+                "--cluster-yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
+        self.wait_ok(deadline=time.monotonic() + 30)
+        self.wait_replicas(deadline=time.monotonic() + 30)
+
+    def wait_replicas(self, *, deadline: float, count: int = 3) -> None:
+        """Until `count` live nodes are replicas whose link to their primary is up (synced)."""
+        import time
+
+        import redis
+
+        while True:
+            synced = 0
+            for port, proc in self.procs.items():
+                if proc.poll() is not None:
+                    continue
+                client = redis.Redis(port=port, socket_connect_timeout=1, socket_timeout=1)
+                try:
+                    info = client.info("replication")
+                except redis.RedisError:
+                    continue
+                finally:
+                    client.close()
+                if info.get("role") == "slave" and info.get("master_link_status") == "up":
+                    synced += 1
+            if synced >= count:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {synced} of {count} cluster replicas are in sync")
+            time.sleep(0.05)
+
+    def wait_ok(self, *, deadline: float, primaries: int = 3) -> None:
+        """Until every live node reports cluster_state:ok and sees `primaries` serving slots."""
+        import time
+
+        import redis
+
+        while True:
+            ok = True
+            for port, proc in self.procs.items():
+                if proc.poll() is not None:
+                    continue
+                try:
+                    client = redis.Redis(port=port, socket_connect_timeout=1, socket_timeout=1)
+                    info = client.cluster("info")
+                    nodes = client.cluster("nodes")
+                    client.close()
+                except redis.RedisError:
+                    ok = False
+                    break
+                serving = sum(
+                    1
+                    for line in nodes.values()
+                    if "master" in line["flags"] and "fail" not in line["flags"] and line["slots"]
+                )
+                if info.get("cluster_state") != "ok" or serving != primaries:
+                    ok = False
+                    break
+            if ok:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster did not reach cluster_state:ok")
+            time.sleep(0.05)
+
+    def primary_of(self, key: bytes) -> int:
+        """The port of the primary that serves `key`'s slot now."""
+        import redis
+
+        for port, proc in self.procs.items():
+            if proc.poll() is not None:
+                continue
+            client = redis.Redis(port=port, socket_connect_timeout=1, socket_timeout=1)
+            try:
+                slot = client.cluster("keyslot", key)
+                for address, node in client.cluster("nodes").items():
+                    if "master" in node["flags"] and "fail" not in node["flags"]:
+                        for span in node["slots"]:
+                            low, high = int(span[0]), int(span[-1])
+                            if low <= slot <= high:
+                                return int(address.rsplit(":", 1)[1].split("@")[0])
+            except redis.RedisError:
+                continue
+            finally:
+                client.close()
+        raise RuntimeError(f"no live primary serves {key!r}")
+
+    def stop(self) -> None:
+        import subprocess
+
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -69,6 +69,13 @@ def _int(name: str, value: str) -> int:
         raise ValueError(f"store URL option {name}= must be an integer, got {value!r}") from None
 
 
+def _float(name: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"store URL option {name}= must be a number, got {value!r}") from None
+
+
 def _flag(name: str, value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -82,12 +89,15 @@ def from_url(url: str, **options: Any) -> Store:
     """Build a store from a URL, so operators choose it in configuration, not code.
 
     `memory://` (the default embedded store), `sqlite:///path/to/file.db`,
-    `redis://host:port/db` (also `rediss://`, `unix://`), `postgresql://user@host/db` (its schema
+    `redis://host:port/db` (also `rediss://`, `unix://`; `redis+cluster://host:port` for a Redis
+    Cluster, any one node), `postgresql://user@host/db` (its schema
     must exist: see `PostgresStore.create_schema`). idemtools' own settings may ride in the
     query, so one environment variable configures a deployment: `?max_records=` and
     `?max_bytes=` (memory, sqlite), `?max_records_per_scope=` (every store: the per-caller
     quota), `?prefix=` (redis: several servers sharing one Redis), `?allow_eviction=true`
-    (redis: serve keyed calls although its `maxmemory-policy` may evict records), `?table=`
+    (redis: serve keyed calls although its `maxmemory-policy` may evict records),
+    `?wait_replicas=N&wait_timeout=S` (redis: WAIT for N replicas after each claim and
+    completion), `?table=`
     (postgres).
     Keyword options go to the store's constructor and win over the query.
     """
@@ -106,14 +116,18 @@ def from_url(url: str, **options: Any) -> Store:
         if not path:
             raise ValueError("sqlite:// needs a path, e.g. sqlite:///var/lib/app/idem.db")
         return SQLiteStore(path, **options)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         from .redis import RedisStore
 
-        clean, ours = _take(url, ("prefix", _QUOTA, "allow_eviction"))
+        names = ("prefix", _QUOTA, "allow_eviction", "wait_replicas", "wait_timeout")
+        clean, ours = _take(url, names)
         if "prefix" in ours:
             options.setdefault("prefix", ours["prefix"])
-        if _QUOTA in ours:
-            options.setdefault(_QUOTA, _int(_QUOTA, ours[_QUOTA]))
+        for name in (_QUOTA, "wait_replicas"):
+            if name in ours:
+                options.setdefault(name, _int(name, ours[name]))
+        if "wait_timeout" in ours:
+            options.setdefault("wait_timeout", _float("wait_timeout", ours["wait_timeout"]))
         if "allow_eviction" in ours:
             options.setdefault("allow_eviction", _flag("allow_eviction", ours["allow_eviction"]))
         return RedisStore.from_url(clean, **options)

@@ -1,4 +1,4 @@
-"""RedisStore: records shared by every server instance through one Redis (or Valkey, or Cluster).
+"""RedisStore: records shared by every server instance through one Redis (or a Redis Cluster).
 
 Why it is built this way:
 
@@ -6,8 +6,9 @@ Why it is built this way:
   each run as a single server-side Lua script (EVALSHA; loaded on NOSCRIPT) touching exactly
   one key. A script runs atomically on the server, so no other client can slip in between "is
   the key free?" and "take it"; touching one key keeps every operation inside one hash slot, so
-  the same code works on Redis Cluster and Valkey. A first execution therefore costs exactly two
-  round trips (claim, complete) and a replay one (claim answers with the completed record).
+  the same code works on Redis Cluster (Cluster specifics live in `_redis_cluster.py`; Valkey
+  is untested). A first execution therefore costs exactly two round trips (claim, complete)
+  and a replay one (claim answers with the completed record).
 * **Redis expires records itself.** Every write sets PEXPIRE (lease while in progress, retention
   once completed), so no sweeper is needed and `remaining` comes from PTTL, i.e. from the Redis
   server's clock: instances never compare their own clocks.
@@ -72,6 +73,7 @@ with require_extra("redis", "RedisStore"):
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
+    from . import _redis_cluster as cluster
     from ._coalesce import Coalescer
 
 if TYPE_CHECKING:
@@ -204,7 +206,10 @@ if not r[1] and not r[2] then
   return 1
 end
 if r[2] ~= ARGV[1] then return 0 end
-if r[1] == 'c' and ARGV[4] == '1' then return 1 end
+if r[1] == 'c' and ARGV[4] == '1' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])  -- a write of ours, so a WAIT after it means it
+  return 1
+end
 if r[1] ~= 'p' then return 0 end
 redis.call('HSET', KEYS[1], 's', 'c', 'v', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -280,6 +285,15 @@ class RedisStore:
             event-loop tick (each still its own script, with its own reply or error): several
             times the throughput under concurrency, nothing added to a lone call. On by
             default; ignored for a `RedisCluster`.
+        wait_replicas: after each claim and each completion, `WAIT` until this many replicas
+            acknowledged it (0, the default: no WAIT). Redis replicates asynchronously, so
+            without it a failover can lose a claim or an outcome the store already reported
+            written, and a retry then runs the tool again. A claim acknowledged by fewer
+            replicas within `wait_timeout` is released and refused
+            (`idempotency_store_unavailable`, the call was not run); a completion is retried
+            by the engine, and if it stays under-replicated the caller still gets its answer
+            while the log says the outcome may not survive a failover.
+        wait_timeout: seconds each WAIT may take.
 
     Build one with `RedisStore.from_url("redis://host:6379/0")`; records survive server
     restarts of idemtools (and of Redis when it persists, i.e. with AOF or RDB).
@@ -295,10 +309,19 @@ class RedisStore:
         max_records_per_scope: int | None = None,
         allow_eviction: bool = False,
         coalesce: bool = True,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
         _owns_client: bool = False,
     ) -> None:
         if max_records_per_scope is not None and max_records_per_scope < 1:
             raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
+        if wait_replicas < 0 or wait_timeout <= 0:
+            raise ValueError("wait_replicas must be at least 0 and wait_timeout positive")
+        self.wait_replicas = wait_replicas
+        self.wait_timeout = wait_timeout
+        is_cluster = cluster.is_cluster(client)
+        # A Cluster fails commands past max_connections per node instead of waiting: queue.
+        self._gate = cluster.ClusterGate(cluster.max_connections(client)) if is_cluster else None  # type: ignore[arg-type]
         self._client = client
         self.prefix = prefix
         self.max_records_per_scope = max_records_per_scope
@@ -308,7 +331,7 @@ class RedisStore:
         self._policy_refusal: str | None = None
         self._prefix_bytes = prefix.encode("utf-8", "surrogatepass")
         # Only a Cluster needs a scope's records and its quota set in one slot (hash tag).
-        self._tagged = max_records_per_scope is not None and _is_cluster(client)
+        self._tagged = max_records_per_scope is not None and is_cluster
         self._owns_client = _owns_client
         kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
         if kwargs.get("decode_responses"):
@@ -336,6 +359,8 @@ class RedisStore:
         prefix: str = "idemtools:",
         max_records_per_scope: int | None = None,
         allow_eviction: bool = False,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
         connect_timeout: float = 2.0,
         timeout: float = 5.0,
         max_connections: int | None = None,
@@ -343,6 +368,10 @@ class RedisStore:
         **client_kwargs: Any,
     ) -> RedisStore:
         """Connect lazily to `url` (`redis://`, `rediss://`, `unix://`); closed by `aclose()`.
+
+        `redis+cluster://host:port` (`rediss+cluster://` with TLS) is a Redis Cluster: any one
+        node, the client finds the rest. `max_connections` is then per node (default 100),
+        and also how many commands the store keeps in flight (the rest queue).
 
         Timeouts are short by default because a keyed call waits on the store before its tool
         runs: better to answer `idempotency_store_unavailable` in seconds than to hang. The
@@ -358,13 +387,20 @@ class RedisStore:
         if max_connections is not None:
             kwargs["max_connections"] = max_connections
         kwargs.update(client_kwargs)
-        client = Redis.from_url(url, **kwargs)
+        client: Redis | RedisCluster
+        if url.partition("://")[0].lower() in ("redis+cluster", "rediss+cluster"):
+            kwargs.pop("health_check_interval")  # a Cluster checks nodes itself
+            client = cluster.cluster_from_url(url, **kwargs)
+        else:
+            client = Redis.from_url(url, **kwargs)
         return cls(
             client,
             prefix=prefix,
             max_records_per_scope=max_records_per_scope,
             allow_eviction=allow_eviction,
             coalesce=coalesce,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
             _owns_client=True,
         )
 
@@ -372,9 +408,13 @@ class RedisStore:
         """A store on the same records with a small client of its own, for the lease keeper's
         thread (a redis-py asyncio client belongs to the event loop that first used it).
 
-        Built from this client's connection settings; None for a `RedisCluster`, whose
-        renewals then go through the server's own event loop (see `idemtools.lease_keeper`).
+        Built from this client's connection settings; for a `RedisCluster`, a small cluster
+        client of its own on the same nodes. None when the settings cannot be carried over
+        (a TLS cluster): renewals then go through the server's own event loop (see
+        `idemtools.lease_keeper`).
         """
+        if self._gate is not None:
+            return self._keeper_store(cluster.keeper_cluster(self._client))  # type: ignore[arg-type]
         pool = getattr(self._client, "connection_pool", None)
         if not isinstance(self._client, Redis) or pool is None:
             return None
@@ -388,7 +428,11 @@ class RedisStore:
         keeper_pool = BlockingConnectionPool(
             connection_class=pool.connection_class, max_connections=8, timeout=5, **settings
         )
-        client = Redis(connection_pool=keeper_pool)
+        return self._keeper_store(Redis(connection_pool=keeper_pool))
+
+    def _keeper_store(self, client: Redis | RedisCluster | None) -> RedisStore | None:
+        if client is None:
+            return None
         keeper = RedisStore(
             client,
             prefix=self.prefix,
@@ -505,12 +549,20 @@ class RedisStore:
 
     async def _call(self, op: Callable[[bool], Awaitable[T]], key: str) -> T:
         """Run `op(retrying)`; retry once on a broken connection; map failures to our errors."""
+        if self._gate is not None:
+            async with self._gate.get():
+                return await self._call_once(op, key)
+        return await self._call_once(op, key)
+
+    async def _call_once(self, op: Callable[[bool], Awaitable[T]], key: str) -> T:
         try:
             if not self._policy_ok:
                 await self._check_policy(key)
             try:
                 return await op(False)
-            except _CONNECTION_ERRORS:
+            except (*_CONNECTION_ERRORS, AttributeError, TypeError) as exc:
+                if isinstance(exc, (AttributeError, TypeError)) and not cluster.driver_fault(exc):
+                    raise
                 # The pool dropped the broken connection; a fresh one is tried once. A server
                 # that is really gone fails again at once (connection refused) or after
                 # `connect_timeout`.
@@ -526,6 +578,10 @@ class RedisStore:
             raise StoreUnavailableError(f"Redis refused the operation: {exc}", key=key) from exc
         except (redis_errors.RedisError, *_CONNECTION_ERRORS) as exc:
             raise StoreUnavailableError(f"Redis is unavailable: {exc!r}", key=key) from exc
+        except (AttributeError, TypeError) as exc:
+            if not cluster.driver_fault(exc):
+                raise
+            raise StoreUnavailableError(f"Redis connection broke: {exc!r}", key=key) from exc
 
     async def _eval(self, script: _Script, name: bytes, *args: bytes | str | int) -> Any:
         """EVALSHA, loading the script on NOSCRIPT (first use, or after a server restart).
@@ -538,6 +594,22 @@ class RedisStore:
         except redis_errors.NoScriptError:
             await self._client.script_load(script.text)
             return await self._evalsha(script.sha, 1, name, *args)
+
+    async def _eval_and_wait(
+        self, script: _Script, names: tuple[bytes, ...], *args: bytes | str | int
+    ) -> tuple[Any, int]:
+        """The script, then `WAIT wait_replicas` on the same connection: (reply, replicas that
+        acknowledged). Only claim and complete wait; see `wait_replicas`."""
+        return await cluster.eval_and_wait(
+            self._client, script.text, names, args, self.wait_replicas, _ms(self.wait_timeout)
+        )
+
+    def _under_replicated(self, what: str, acked: int, key: str) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"Redis {what} reached {acked} of the {self.wait_replicas} replicas asked for "
+            f"(wait_replicas) within {self.wait_timeout}s; a failover could lose it",
+            key=key,
+        )
 
     async def _eval2(
         self, script: _Script, names: tuple[bytes, bytes], *args: bytes | str | int
@@ -595,17 +667,27 @@ class RedisStore:
         names = (name, self.quota_name(scope)) if quota is not None else None
 
         async def op(retrying: bool) -> Claim:
-            if names is None:
+            if self.wait_replicas:
+                script = self._claim if names is None else self._claim_quota
+                args_: tuple[bytes | str | int, ...] = (fingerprint, owner, _ms(lease))
+                reply, acked = await self._eval_and_wait(
+                    script, names or (name,), *(args_ if names is None else (*args_, quota or 0))
+                )
+                if reply == 1 and acked < self.wait_replicas:
+                    with contextlib.suppress(redis_errors.RedisError, *_CONNECTION_ERRORS):
+                        await self._eval(self._release, name, owner)  # nothing ran yet
+                    raise self._under_replicated("claim", acked, key)
+            elif names is None:
                 reply = await self._eval(self._claim, name, fingerprint, owner, _ms(lease))
             else:
                 args = (fingerprint, owner, _ms(lease), quota or 0)
                 reply = await self._eval2(self._claim_quota, names, *args)
-                if reply == -2:
-                    raise QuotaExceededError(
-                        f"this caller holds its maximum of {quota} live idempotency records; "
-                        "the call was not run",
-                        key=key,
-                    )
+            if names is not None and reply == -2:
+                raise QuotaExceededError(
+                    f"this caller holds its maximum of {quota} live idempotency records; "
+                    "the call was not run",
+                    key=key,
+                )
             if reply == 1:
                 return Claim(claimed=True)
             record = self._record(reply, key)
@@ -640,7 +722,13 @@ class RedisStore:
 
         async def op(retrying: bool) -> bool:
             args = (owner, outcome, _ms(retention), int(retrying), fingerprint or "")
-            return bool(await self._eval(self._complete, name, *args))
+            if not self.wait_replicas:
+                return bool(await self._eval(self._complete, name, *args))
+            # Retried as "ours already": the script rewrites the expiry, which this WAIT counts.
+            reply, acked = await self._eval_and_wait(self._complete, (name,), *args[:3], 1, args[4])
+            if reply == 1 and acked < self.wait_replicas:
+                raise self._under_replicated("completion", acked, key)
+            return bool(reply)
 
         done = await self._call(op, key)
         if done and self.max_records_per_scope is not None:
@@ -695,14 +783,6 @@ class RedisStore:
 def _scope_tag(scope: bytes) -> bytes:
     """32 hex digits naming a scope: its quota set's hash tag (and its records', on Cluster)."""
     return hashlib.sha256(b"scope:" + scope).hexdigest()[:32].encode("ascii")
-
-
-def _is_cluster(client: object) -> bool:
-    try:
-        from redis.asyncio.cluster import RedisCluster
-    except ImportError:  # pragma: no cover - every redis-py with asyncio has it
-        return False
-    return isinstance(client, RedisCluster)
 
 
 def _corrupt(key: str, why: str) -> RecordCorruptError:

@@ -252,14 +252,28 @@ def _postgres_store() -> Iterator[tuple[str, Any]]:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-@pytest.fixture(scope="module", params=["redis", "postgres"])
+@contextlib.contextmanager
+def _cluster_store(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
+    """The session's private Redis Cluster (tests/conftest.py); gone with its records at the end."""
+    cluster = request.getfixturevalue("redis_cluster")
+    yield cluster.url, lambda fleet: None
+
+
+@pytest.fixture(
+    scope="module",
+    params=["redis", "postgres", pytest.param("redis-cluster", marks=pytest.mark.cluster)],
+)
 def fleet(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Fleet]:
     """Three instances of the example server sharing one store; stopped even on failure."""
     kind: str = request.param
     tmp = tmp_path_factory.mktemp(f"fleet-{kind}")
-    shared_store = _redis_store if kind == "redis" else _postgres_store
+    shared_store = {
+        "redis": _redis_store,
+        "postgres": _postgres_store,
+        "redis-cluster": lambda: _cluster_store(request),
+    }[kind]
     with shared_store() as (store_url, register):
         instances: list[Instance] = []
         try:
