@@ -738,10 +738,10 @@ def report(rows: list[SizeRow], panels: list[Panel], sizes: list[int], samples: 
         print("|---:|" + "---:|" * len(heads))
         for n in sorted(panel.store.points):
             s, bare = panel.store.points[n], panel.raw.points[n]
-            cells = [f"{s:.0f}", f"{bare:.0f}", f"{s / bare:.2f}"]
-            cells += [f"{c.points[n]:.0f}" for c in panel.ceilings]
-            cells += [f"{s / c.points[n]:.2f}" for c in panel.ceilings]
-            print(f"| {n} | " + " | ".join(cells) + " |")
+            row = [f"{s:.0f}", f"{bare:.0f}", f"{s / bare:.2f}"]
+            row += [f"{c.points[n]:.0f}" for c in panel.ceilings]
+            row += [f"{s / c.points[n]:.2f}" for c in panel.ceilings]
+            print(f"| {n} | " + " | ".join(row) + " |")
         print()
 
 
