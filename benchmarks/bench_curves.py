@@ -14,9 +14,13 @@ end). Prints, in one run:
    store with 1 k, 100 k and 1 M live records, and each size's ratio to the 1 k figure; beside
    them the raw claim of the same database (a bare EVALSHA / INSERT … ON CONFLICT / sqlite3
    transaction) at the same size, so growth that is the database's own shows as such.
+   PostgreSQL runs this part with `synchronous_commit=off` (store and raw alike): the commit's
+   WAL flush does not depend on the record count, and on a shared disk its noise hides what does.
 2. First executions (claim + complete of a new key) per second against concurrent callers
    (1 … 256) for Redis, PostgreSQL and SQLite, each beside the same two round trips done raw
-   with the same client library and connections, and the ratio store / raw.
+   with the same client library and connections, and the ratio store / raw; for Redis also
+   redis-benchmark sending the same scripts, for SQLite one plain sqlite3 loop. Store, raw and
+   ceilings alternate in short slices at every level, so drift hits them alike.
 
 and writes docs/img/curves-records.png and docs/img/curves-concurrency.png. Absolute numbers on
 a shared 2-core machine are noisy: read the ratios, measured in the same run.
@@ -40,7 +44,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -409,10 +413,19 @@ async def records_curves(
         await rstore.aclose()
 
     table = f"{TABLE_PREFIX}records"
-    pstore = PostgresStore.from_url(POSTGRES_URL, table=table, min_size=2, max_size=2)
+    # Without the commit's WAL flush (store and raw alike): on this shared disk the flush costs
+    # 1-5 ms at random and would drown what the record count changes (the index lookups).
+    no_flush = "-c synchronous_commit=off"
+    pstore = PostgresStore.from_url(
+        POSTGRES_URL, table=table, min_size=2, max_size=2, options=no_flush
+    )
     await pstore.create_schema()
     raw_pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        POSTGRES_URL, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False
+        POSTGRES_URL,
+        min_size=1,
+        max_size=1,
+        kwargs={"autocommit": True, "options": no_flush},
+        open=False,
     )
     await raw_pool.open()
     try:
@@ -482,6 +495,7 @@ async def pair(
     raw_op: Callable[[str], Awaitable[None]],
     levels: list[int],
     seconds: float,
+    ceilings: Sequence[tuple[Curve, Ceiling]] = (),
 ) -> None:
     await rate(store_op, 4, min(0.3, seconds), "warm-s")
     await rate(raw_op, 4, min(0.3, seconds), "warm-r")
@@ -489,17 +503,26 @@ async def pair(
         # Store and raw alternate in SLICES short runs at every level, so that other people's
         # load on this machine hits both alike; each point is the mean of its slices.
         mine, bare = [], []
+        tops: list[list[float]] = [[] for _ in ceilings]
         for k in range(SLICES):
             mine.append(await rate(store_op, n, seconds / SLICES, f"s{n}-{k}"))
             bare.append(await rate(raw_op, n, seconds / SLICES, f"r{n}-{k}"))
+            for top, (_, ceiling) in zip(tops, ceilings, strict=True):
+                top.append(await asyncio.to_thread(ceiling, n, seconds / SLICES))
         store.points[n], raw.points[n] = statistics.fmean(mine), statistics.fmean(bare)
+        for top, (curve, _) in zip(tops, ceilings, strict=True):
+            curve.points[n] = statistics.fmean(top)
         print(
             f"  {store.label} at {n} callers: {store.points[n]:.0f}/s, raw {raw.points[n]:.0f}/s",
             file=sys.stderr,
         )
 
 
-def redis_benchmark_ceiling(url: str, levels: list[int], seconds: float) -> Curve | None:
+Ceiling = Callable[[int, float], float]
+"""`ceiling(callers, seconds)`: first executions / s of a raw ceiling, run in a worker thread."""
+
+
+def redis_benchmark_ceiling(url: str) -> Ceiling | None:
     """The same two scripts sent by redis-benchmark (C, no Python): what the server allows."""
     binary = shutil.which("redis-benchmark")
     if binary is None:
@@ -509,14 +532,14 @@ def redis_benchmark_ceiling(url: str, levels: list[int], seconds: float) -> Curv
     claim_sha = client.script_load(RAW_CLAIM_LUA)
     complete_sha = client.script_load(RAW_COMPLETE_LUA)
     client.close()
-    curve = Curve("redis-benchmark (C client), same scripts")
-    for n in levels:
-        rps = []
+
+    def ceiling(n: int, _seconds: float) -> float:
+        took = 0.0
         for command in (
             ["evalsha", claim_sha, "1", f"rb{n}:__rand_int__", FP, "owner", "60000"],
             ["evalsha", complete_sha, "1", f"rb{n}:__rand_int__", "outcome", "3600000"],
         ):
-            requests = max(2000, int(8_000 * seconds))
+            requests = max(1000, 4 * n)  # redis-benchmark counts requests, not seconds
             out = subprocess.run(
                 [
                     *(binary, "-p", port, "-c", str(n), "-n", str(requests)),
@@ -529,26 +552,32 @@ def redis_benchmark_ceiling(url: str, levels: list[int], seconds: float) -> Curv
             ).stdout
             found = re.findall(r'^"[^"]*","([0-9.]+)"', out, re.MULTILINE)
             if not found:
-                return None
-            rps.append(float(found[-1]))
-        curve.points[n] = 1 / (1 / rps[0] + 1 / rps[1])  # one claim plus one completion
-    return curve
+                raise RuntimeError(f"unexpected redis-benchmark output: {out!r}")
+            took += 1 / float(found[-1])
+        return 1 / took  # one claim plus one completion
+
+    return ceiling
 
 
-def sqlite_sync_ceiling(path: Path, seconds: float) -> float:
+def sqlite_sync_ceiling(path: Path) -> Ceiling:
     """Raw sqlite3 in one plain loop, no thread hop: the most one connection does here."""
     raw = RawSQLite(path)
     done = 0
-    stop = time.perf_counter() + seconds
-    started = time.perf_counter()
-    while time.perf_counter() < stop:
-        key = f"sync-{done}"
-        raw.claim_sync(key)
-        raw.complete_sync(key)
-        done += 1
-    elapsed = time.perf_counter() - started
-    raw.close()
-    return done / elapsed
+
+    def ceiling(_n: int, seconds: float) -> float:
+        nonlocal done
+        count = 0
+        stop = time.perf_counter() + seconds
+        started = time.perf_counter()
+        while time.perf_counter() < stop:
+            key = f"sync-{done}"
+            raw.claim_sync(key)
+            raw.complete_sync(key)
+            done += 1
+            count += 1
+        return count / (time.perf_counter() - started)
+
+    return ceiling
 
 
 @dataclass
@@ -576,6 +605,9 @@ async def concurrency_curves(
         Curve("raw redis-py EVALSHA, same client"),
         [],
     )
+    bench = redis_benchmark_ceiling(redis_url)
+    if bench is not None:
+        redis_panel.ceilings.append(Curve("redis-benchmark (C client), same scripts"))
     try:
         await pair(
             redis_panel.store,
@@ -584,13 +616,11 @@ async def concurrency_curves(
             raw_unit(raw_redis),
             levels,
             seconds,
+            [] if bench is None else [(redis_panel.ceilings[0], bench)],
         )
     finally:
         await raw_redis.client.aclose()
         await rstore.aclose()
-    ceiling = await asyncio.to_thread(redis_benchmark_ceiling, redis_url, levels, seconds)
-    if ceiling is not None:
-        redis_panel.ceilings.append(ceiling)
     panels.append(redis_panel)
 
     table = f"{TABLE_PREFIX}conc"
@@ -624,11 +654,12 @@ async def concurrency_curves(
 
     lite = SQLiteStore(tmp / "conc-store.db", max_bytes=64 << 30)
     raw_lite = RawSQLite(tmp / "conc-raw.db")
+    plain = Curve("raw sqlite3, one plain loop (no thread hop)")
     lite_panel = Panel(
         "SQLite (WAL, synchronous=FULL)",
         Curve("SQLiteStore"),
         Curve("raw sqlite3, same thread model"),
-        [],
+        [plain],
     )
     try:
         await pair(
@@ -638,14 +669,11 @@ async def concurrency_curves(
             raw_unit(raw_lite),
             levels,
             seconds,
+            [(plain, sqlite_sync_ceiling(tmp / "conc-sync.db"))],
         )
     finally:
         raw_lite.close()
         await lite.aclose()
-    sync = sqlite_sync_ceiling(tmp / "conc-sync.db", seconds)
-    lite_panel.ceilings.append(
-        Curve("raw sqlite3, plain loop (no thread hop)", {n: sync for n in levels})
-    )
     panels.append(lite_panel)
     return panels
 
