@@ -74,6 +74,7 @@ OUTCOME = Outcome(
     result={"content": [{"type": "text", "text": "order A-1001 paid: 42.00 EUR"}], "isError": False}
 ).to_bytes()
 OPS = ("claim", "renew", "complete", "replay", "get")
+WARMUP = 30  # unmeasured rounds per store and size
 SLICES = 4  # alternations of store and raw per throughput point
 PG_POOL = 16  # connections per pool (store and raw alike): the shared server allows 100 in all
 STORE_COLORS = {
@@ -377,11 +378,12 @@ async def records_curves(
             took = time.perf_counter() - t
             have = size
             gc.collect()
+            await per_op(store, raw, f"w{size}", WARMUP)  # fresh connections, caches, plans
             ops, raw_us = await per_op(store, raw, f"m{size}", samples)
             rows.append(SizeRow(name, size, ops, raw_us, took))
             print(f"  {name} at {size:,} records: filled in {took:.1f} s", file=sys.stderr)
 
-    memory = MemoryStore(max_records=max(sizes) + 20 * samples, max_bytes=16 << 30)
+    memory = MemoryStore(max_records=max(sizes) + 10 * (samples + WARMUP), max_bytes=16 << 30)
     await walk("MemoryStore", memory, functools.partial(fill_memory, memory), None)
     memory = MemoryStore()  # the million records go before the next store is measured
     gc.collect()
