@@ -5,13 +5,16 @@ nor lose a lease or a record while they wait (issue 12, point 4).
 Each transactional call holds its pooled connection for longer than its lease; there are five
 times more of them than the default pool has connections, and non-transactional keyed calls
 arrive while they run. Every key must run exactly once, every outcome must be recorded and
-replay, and idemtools must log no warning (no "lease lost", no "could not record outcome").
+replay, a duplicate sent while its call still waits must be refused as in progress (its claim
+renewed all along), and idemtools must log no warning (no "lease lost", no "could not record
+outcome").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import Counter as Tally
 from collections.abc import Iterator
@@ -26,7 +29,7 @@ from idemtools.outcome import Outcome
 from idemtools.stores.postgres import PostgresStore, current_connection
 
 from ..services import RUN_ID, need_postgres, postgres_url
-from .test_redis import _call
+from .test_redis import _call, _type
 
 pytestmark = pytest.mark.services
 
@@ -98,11 +101,18 @@ async def test_transactions_holding_every_connection_lose_no_lease_or_record(
 
     caplog.set_level(logging.INFO, logger="idemtools")
     try:
+        started = time.monotonic()
         tx_tasks = [asyncio.create_task(call(k, True)) for k in tx_keys]
         await asyncio.sleep(HOLD / 2)  # the transactions now hold every connection
-        plain = await asyncio.wait_for(
-            asyncio.gather(*(call(k, False) for k in plain_keys)), timeout=30
-        )
+        plain_tasks = [asyncio.create_task(call(k, False)) for k in plain_keys]
+        # Three leases after the start, the last transactional calls still wait for a slot:
+        # their claims were renewed meanwhile, so a duplicate is refused, not run.
+        await asyncio.sleep(max(0.0, 3 * LEASE - (time.monotonic() - started)))
+        waiting = [k for k, task in zip(tx_keys, tx_tasks, strict=True) if not task.done()]
+        assert waiting, "every transactional call ended within three leases"
+        duplicate = await call(waiting[-1], True)
+        assert _type(duplicate) == "idempotency_key_in_progress"
+        plain = await asyncio.wait_for(asyncio.gather(*plain_tasks), timeout=30)
         first = dict(zip(plain_keys, plain, strict=True))
         first.update(
             zip(tx_keys, await asyncio.wait_for(asyncio.gather(*tx_tasks), timeout=40), strict=True)
