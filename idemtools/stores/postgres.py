@@ -580,14 +580,14 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         The tool reaches the transaction through `current_connection()`. A failed commit
         raises (the engine then answers with an error and releases the claim). The connection
         is held for the whole block; at most `max_transactions` blocks hold one at a time, the
-        others wait for a slot first (see the class notes), so short statements always find a
+        others wait for a slot first (see the module notes), so short statements always find a
         connection.
         """
         await self._ensure_open()
         slots = self._transaction_slots
         try:
             await asyncio.wait_for(slots.acquire(), self.transaction_wait)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # not the builtin on Python 3.10
             raise StoreUnavailableError(
                 f"{self.max_transactions} PostgreSQL transactions ran for {self.transaction_wait}"
                 " s without one ending; this call was not run",
