@@ -45,6 +45,13 @@ Why it is built this way:
   therefore commit together or not at all: if the process dies before the commit, PostgreSQL
   rolls both back, the claim (committed earlier, on its own) ends by lease, and a retry runs the
   tool again against a database that never saw the first attempt.
+* **Transactions never take the whole pool.** A transactional call holds its connection while
+  its tool runs, possibly for longer than a lease; with as many such calls as connections, every
+  claim, completion, release and replay of the other calls would wait for the pool's `timeout`
+  and fail (a completion that fails loses its record). So at most `pool.max_size -
+  transaction_reserve` transactions hold a connection at once; the others wait for a slot (not
+  for a connection, so no `PoolTimeout`) while the lease keeper, on its own pool, keeps their
+  claims alive. The reserved connections serve the short statements.
 """
 
 from __future__ import annotations
@@ -137,6 +144,13 @@ class PostgresStore:
             claim beyond it is refused with `QuotaExceededError`, other scopes unaffected.
             None (the default): no quota, one statement per claim. The store as a whole is
             bounded by the database's disk (`StoreFullError` on disk full).
+        transaction_reserve: connections of the pool that transactional executions never
+            take, kept for the short statements of every call (claims, completions, replays).
+            Transactions beyond `pool.max_size - transaction_reserve` (at least one) wait for
+            a slot, their claims renewed meanwhile.
+        transaction_wait: seconds a transactional call waits for a slot at most before it is
+            refused with `StoreUnavailableError` (its claim released, nothing run); None (the
+            default) waits as long as the calls ahead of it run.
 
     Prefer `PostgresStore.from_url(url)`, then `await store.create_schema()` once (or put
     `PostgresStore.schema_sql()` into your migrations).
@@ -152,13 +166,20 @@ class PostgresStore:
         purge_every: int = 100,
         purge_limit: int = 100,
         max_records_per_scope: int | None = None,
+        transaction_reserve: int = 2,
+        transaction_wait: float | None = None,
         _owns_pool: bool = False,
     ) -> None:
         if purge_every < 0 or purge_limit < 1:
             raise ValueError("purge_every must be >= 0 and purge_limit >= 1")
         if max_records_per_scope is not None and max_records_per_scope < 1:
             raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
+        if transaction_reserve < 0 or (transaction_wait is not None and transaction_wait <= 0):
+            raise ValueError("transaction_reserve must be >= 0 and transaction_wait positive")
         self.max_records_per_scope = max_records_per_scope
+        self.transaction_wait = transaction_wait
+        self.max_transactions = max(1, pool.max_size - transaction_reserve)
+        self._transaction_slots = asyncio.Semaphore(self.max_transactions)
         self._pool = pool
         self.table = table
         self.purge_every = purge_every
@@ -193,6 +214,8 @@ class PostgresStore:
         purge_every: int = 100,
         purge_limit: int = 100,
         max_records_per_scope: int | None = None,
+        transaction_reserve: int = 2,
+        transaction_wait: float | None = None,
         **connect_kwargs: Any,
     ) -> PostgresStore:
         """A store with its own connection pool to `url` (opened on first use, closed by aclose).
@@ -221,6 +244,8 @@ class PostgresStore:
             purge_every=purge_every,
             purge_limit=purge_limit,
             max_records_per_scope=max_records_per_scope,
+            transaction_reserve=transaction_reserve,
+            transaction_wait=transaction_wait,
             _owns_pool=True,
         )
 
@@ -556,9 +581,20 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
 
         The tool reaches the transaction through `current_connection()`. A failed commit
         raises (the engine then answers with an error and releases the claim). The connection
-        is held for the whole block: size the pool for your concurrent transactional calls.
+        is held for the whole block; at most `max_transactions` blocks hold one at a time, the
+        others wait for a slot first (see the module notes), so short statements always find a
+        connection.
         """
         await self._ensure_open()
+        slots = self._transaction_slots
+        try:
+            await asyncio.wait_for(slots.acquire(), self.transaction_wait)
+        except asyncio.TimeoutError:  # not the builtin on Python 3.10
+            raise StoreUnavailableError(
+                f"{self.max_transactions} PostgreSQL transactions ran for {self.transaction_wait}"
+                " s without one ending; this call was not run",
+                key=key,
+            ) from None
         try:
             async with self._pool.connection() as conn, conn.transaction():
                 token = _current.set(_Tx(self, scope, key, owner, conn))
@@ -576,6 +612,8 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
             raise StoreUnavailableError(
                 f"the PostgreSQL transaction failed: {exc!r}", key=key
             ) from exc
+        finally:
+            slots.release()
 
     async def aclose(self) -> None:
         """Close the pool if this store created it (`from_url`); idempotent."""
