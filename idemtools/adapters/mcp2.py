@@ -416,10 +416,10 @@ def adapt(server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool) ->
 
     lowlevel.get_capabilities = get_capabilities
 
-    async def list_tools() -> list[tuple[str, Policy | None]]:
-        if tool_manager is None:
-            return [(name, None) for name in engine.registry]
-        return [(t.name, policy_of(t.fn)) for t in tool_manager.list_tools()]
+    async def list_tools() -> list[tuple[str, Policy | None, dict[str, Any] | None]]:
+        if tool_manager is None:  # the low-level server's tools are its handler's secret
+            return [(name, None, None) for name in engine.registry]
+        return [(t.name, policy_of(t.fn), t.parameters) for t in tool_manager.list_tools()]
 
     kind = "mcp2.mcpserver" if tool_manager is not None else "mcp2.lowlevel"
     installation = Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
