@@ -916,7 +916,9 @@ def render_markdown(doc: ServerDoc, *, title: str | None = None, level: int = 1)
         "```",
         "",
         f"Keys are strings of 1 to {doc.max_key_length} characters. Arguments are compared "
-        "as parsed JSON: key order, whitespace and `1` versus `1.0` do not matter. Replayed "
+        "as parsed JSON: key order, whitespace and `1` versus `1.0` do not matter. Integers "
+        "compare exactly at any size; a number written with a fraction or an exponent is read "
+        "as a double, rounded beyond 2^53: send large exact numbers as integers. Replayed "
         "results are "
         + (
             'marked with `_meta["io.github.idemtools/replayed"] = true`.'
