@@ -126,3 +126,29 @@ async def test_a_tool_that_fails_after_writing_keeps_nothing() -> None:
             await conn.execute(f"DROP TABLE IF EXISTS {payments}")
         await store.drop_schema()
         await store.aclose()
+
+
+@pytest.mark.slow
+def test_the_example_program_shows_the_rollback() -> None:
+    """examples/postgres_transactional.py: a real stdio server and client, checking itself."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    url = need_postgres()
+    example = Path(__file__).resolve().parents[2] / "examples" / "postgres_transactional.py"
+    done = subprocess.run(
+        [sys.executable, str(example), url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FAIL" not in done.stdout
+    for step in (
+        "nothing was committed: no payment row for A-1001",
+        "the recorded error was replayed, identical",
+        "the tool did not run again",
+        "one payment row, committed with its record",
+    ):
+        assert f"ok  {step}" in done.stdout, step
