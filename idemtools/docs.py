@@ -588,14 +588,7 @@ def _example(node: Any, root: Mapping[str, Any], depth: int) -> Any:
         for part in parts:
             if isinstance(part, Mapping):
                 part = _resolve(part, root)
-                required = [*merged.get("required", []), *part.get("required", [])]
-                merged = {
-                    **merged,
-                    **part,
-                    "properties": {**merged.get("properties", {}), **part.get("properties", {})},
-                }
-                if required:
-                    merged["required"] = required
+                merged = _merge(merged, part)
         return _example(merged, root, depth + 1)
     for word in ("anyOf", "oneOf"):
         branches = node.get(word)
@@ -624,6 +617,32 @@ def _example(node: Any, root: Mapping[str, Any], depth: int) -> Any:
     if kind == "boolean":
         return True
     return None
+
+
+_LOWER_BOUNDS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
+_UPPER_BOUNDS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")
+
+
+def _merge(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """Two `allOf` parts as one schema: properties and `required` united, the tighter bound
+    of each kept (shallow: a property both parts define takes the second's schema)."""
+    merged = {**first, **second}
+    properties = {**first.get("properties", {}), **second.get("properties", {})}
+    if properties:
+        merged["properties"] = properties
+    required = [*first.get("required", []), *second.get("required", [])]
+    if required:
+        merged["required"] = list(dict.fromkeys(required))
+    for words, pick in ((_LOWER_BOUNDS, max), (_UPPER_BOUNDS, min)):
+        for word in words:
+            both = [
+                v
+                for v in (first.get(word), second.get(word))
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            ]
+            if both:
+                merged[word] = pick(both)
+    return merged
 
 
 def _implied_type(node: Mapping[str, Any]) -> str | None:

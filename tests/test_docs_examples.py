@@ -118,16 +118,18 @@ _integer = st.builds(
     st.none() | st.integers(1, 12),
     st.booleans(),
 )
-_number = st.builds(
-    lambda low, span, step: {
-        "type": "number",
-        **({"exclusiveMinimum": low} if low is not None else {}),
-        **({"exclusiveMaximum": low + span} if low is not None and span else {}),
-        **({"multipleOf": step} if step else {}),
-    },
-    st.none() | st.floats(-1e6, 1e6, allow_nan=False),
-    st.none() | st.floats(3.0, 50.0),
-    st.none() | st.sampled_from([0.5, 0.25, 2, 10]),
+_number = st.sampled_from([None, 0.5, 0.25, 2, 10]).flatmap(
+    lambda step: st.builds(
+        lambda low, span: {
+            "type": "number",
+            **({"exclusiveMinimum": low} if low is not None else {}),
+            **({"exclusiveMaximum": low + span} if low is not None and span else {}),
+            **({"multipleOf": step} if step else {}),
+        },
+        st.none() | st.floats(-1e6, 1e6, allow_nan=False),
+        # wide enough to hold a multiple of the step: the schema must be satisfiable
+        st.none() | st.floats(3.0 * (step or 1), 60.0 * (step or 1)),
+    )
 )
 _string = st.builds(
     lambda low, extra, fmt: {
