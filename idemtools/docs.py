@@ -934,6 +934,15 @@ def render_markdown(doc: ServerDoc, *, title: str | None = None, level: int = 1)
         _example_request(doc),
         "```",
         "",
+        *(
+            []
+            if any(t.example_arguments is not None for t in doc.tools)
+            else [
+                "(This server does not list its tools' input schemas to idemtools, so the "
+                "example's `arguments` is empty: put the tool's own arguments there.)",
+                "",
+            ]
+        ),
         f"Keys are strings of 1 to {doc.max_key_length} characters. Arguments are compared "
         "as parsed JSON: key order, whitespace and `1` versus `1.0` do not matter. Integers "
         "compare exactly at any size; a number written with a fraction or an exponent is read "
@@ -955,11 +964,13 @@ def render_markdown(doc: ServerDoc, *, title: str | None = None, level: int = 1)
         "",
         "Read `error.data.type`; the codes are this server's configuration.",
         "",
-        "| `error.data.type` | Code | Meaning | What to do |",
-        "|---|---|---|---|",
+        "| `error.data.type` | Code | What it means, and what to do |",
+        "|---|---|---|",
     ]
     for e in doc.errors:
-        out.append(f"| `{e.type}` | {e.code} | {_cell(e.meaning)} | {_cell(e.action)} |")
+        out.append(
+            f"| {_unbroken(e.type)} | {e.code} | {_cell(e.meaning)} *To do:* {_cell(e.action)} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -975,11 +986,17 @@ def _row(t: ToolDoc) -> str:
 _SCOPE_NAMES = re.compile(r"[A-Za-z_]\w*(?: [|&] [A-Za-z_]\w*)*")
 
 
+def _unbroken(identifier: str) -> str:
+    """Code that a narrow table column does not break mid-word (mkdocs-material breaks code
+    anywhere, which turns `idempotency_key_invalid` into three unreadable pieces)."""
+    return f'<code style="white-space: nowrap">{html.escape(identifier)}</code>'
+
+
 def _scope_label(name: str) -> str:
     """Built-in strategies (and their combinations) as code, anything else as text."""
     if _SCOPE_NAMES.fullmatch(name):
         return " ".join(
-            part.replace("|", "\\|") if part in ("|", "&") else f"`{part}`"
+            part.replace("|", "\\|") if part in ("|", "&") else _unbroken(part)
             for part in name.split(" ")
         )
     return _cell(name)

@@ -53,6 +53,11 @@ FIXTURE = "tests.fixtures_docs.server:server"
 GOLDEN = Path(__file__).parent / "golden"
 
 
+def nb(identifier: str) -> str:
+    """An identifier as the page writes it in tables: code that does not break mid-word."""
+    return f'<code style="white-space: nowrap">{identifier}</code>'
+
+
 def _check_golden(name: str, text: str) -> None:
     path = GOLDEN / name
     if os.environ.get("IDEMTOOLS_UPDATE_GOLDEN") == "1":
@@ -89,7 +94,7 @@ async def test_every_policy_field_appears() -> None:
         "`charge`": (
             "7 days (604800 s)",
             "2 minutes (120 s)",
-            "`by_auth_subject`",
+            nb("by_auth_subject"),
             "requested, but this store has no transactions",
         ),
         "`send_email`": (
@@ -98,7 +103,7 @@ async def test_every_policy_field_appears() -> None:
             r"per session (the session the SDK holds), else per tenant (the X-Tenant \| header)",
             "no",
         ),
-        "`ping` *(server default)*": ("36 hours (129600 s)", "45 seconds", "`local_user`", "no"),
+        "`ping` *(server default)*": ("36 hours (129600 s)", "45 seconds", nb("local_user"), "no"),
     }
     assert "| Tool | Retention | Lease | Scope | Transactional |" in text
     for name, fields in expected.items():
@@ -135,7 +140,7 @@ async def test_errors_cover_every_error_code() -> None:
         assert error.code == ErrorCodes().code_for(error.type)
     text = render_markdown(doc)
     for error in doc.errors:
-        assert f"| `{error.type}` | {error.code} |" in text
+        assert f"| {nb(error.type)} | {error.code} |" in text
 
 
 async def test_deterministic_across_runs_and_fresh_imports() -> None:
@@ -152,10 +157,15 @@ async def test_custom_codes_and_store_kind_are_read_from_the_installation() -> N
     doc = await describe(server)
     assert {e.type: e.code for e in doc.errors}["idempotency_key_conflict"] == -32099
     text = render_markdown(doc)
-    assert "| `idempotency_key_conflict` | -32099 |" in text
+    assert f"| {nb('idempotency_key_conflict')} | -32099 |" in text
     assert "1 to 64 characters" in text
     assert "with no marker" in text
     assert doc.server == "custom"
+    assert "does not list its tools' input schemas" not in text  # noop's schema is known
+    unknown = dataclasses.replace(
+        doc, tools=tuple(dataclasses.replace(t, example_arguments=None) for t in doc.tools)
+    )
+    assert "does not list its tools' input schemas" in render_markdown(unknown)
 
 
 async def test_sqlite_store_is_described(tmp_path: Path) -> None:
@@ -362,12 +372,12 @@ async def test_page_labels_each_scope_per_transport() -> None:
     scopes = text.split("## Scopes")[1].split("## ")[0]
     assert "| Scope | over HTTP | over stdio (or in-memory) |" in scopes
     lines = scopes.splitlines()
-    rows = {line.split(" | ")[0][2:]: line for line in lines if line.startswith("| `")}
-    assert rows["`by_auth_subject`"].split(" | ")[1:] == [
+    rows = {line.split(" | ")[0][2:]: line for line in lines if line.startswith("| <code")}
+    assert rows[nb("by_auth_subject")].split(" | ")[1:] == [
         "per authenticated subject (token issuer + subject; needs an access token)",
         "the local OS user who started the server process |",
     ]
-    assert rows["`by_client_id`"].endswith("| refused: `idempotency_scope_unavailable` |")
+    assert rows[nb("by_client_id")].endswith("| refused: `idempotency_scope_unavailable` |")
     combined = by_auth_subject | per_session
     assert combined.name == "by_auth_subject | per_session"
     assert combined.on["stdio"] is not None and combined.on["stdio"].startswith("the local OS")
