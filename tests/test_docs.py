@@ -20,6 +20,7 @@ from idemtools import (
     AuthInfo,
     CallContext,
     ErrorCodes,
+    Policy,
     Registry,
     Scope,
     ScopeUnavailableError,
@@ -400,3 +401,14 @@ async def test_store_section_reads_the_declared_store(tmp_path: Path) -> None:
     assert doc.store.bound.startswith("at most 1,000 bytes of records (`max_bytes`).")
     assert doc.store.quota.startswith("none")
     assert str(tmp_path) not in render_markdown(doc)  # the store, not where the build ran
+
+
+async def test_a_custom_scope_may_describe_itself_per_transport() -> None:
+    by_tenant = Scope(lambda ctx: "t1", "per tenant", on={"HTTP": "per tenant (token claim)"})
+    assert by_tenant.on == {"HTTP": "per tenant (token claim)", "stdio": "per tenant"}
+    assert by_tenant(CallContext(transport="http")) == '["custom", "t1"]'  # still namespaced
+    only_http = Scope(lambda ctx: "t1", "per tenant", on={"stdio": None})
+    server = _new_server("tenants")
+    install(server, default_policy=Policy.of(scope=only_http))
+    scopes = render_markdown(await describe(server)).split("## Scopes")[1].split("## ")[0]
+    assert "| per tenant | per tenant | refused: `idempotency_scope_unavailable` |" in scopes
