@@ -148,7 +148,10 @@ async def main(url: str) -> int:
             f"CREATE TABLE {payments} ("
             " id bigserial PRIMARY KEY, order_id text NOT NULL, amount_cents int NOT NULL)"
         )
-    params = StdioServerParameters(command=sys.executable, args=[str(HERE), "--serve", url, suffix])
+    # Our own server: it gets this environment (PYTHONPATH included), not the SDK's short list.
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(HERE), "--serve", url, suffix], env=dict(os.environ)
+    )
     # The server's log (the declined card's traceback) goes to a file, not to this output.
     log_path = Path(tempfile.gettempdir()) / "idemtools-postgres-example-server.log"
     try:

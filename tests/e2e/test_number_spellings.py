@@ -10,6 +10,7 @@ example payments server, with raw JSON lines, so no client library re-spells the
 from __future__ import annotations
 
 import json
+import os
 import queue
 import subprocess
 import sys
@@ -37,6 +38,7 @@ class _Stdio:
             stderr=subprocess.DEVNULL,
             text=True,
             cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's idemtools
         )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

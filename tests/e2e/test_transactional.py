@@ -131,17 +131,20 @@ async def test_a_tool_that_fails_after_writing_keeps_nothing() -> None:
 @pytest.mark.slow
 def test_the_example_program_shows_the_rollback() -> None:
     """examples/postgres_transactional.py: a real stdio server and client, checking itself."""
+    import os
     import subprocess
     import sys
     from pathlib import Path
 
     url = need_postgres()
     example = Path(__file__).resolve().parents[2] / "examples" / "postgres_transactional.py"
+    root = str(example.parents[1])
     done = subprocess.run(
         [sys.executable, str(example), url],
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "PYTHONPATH": root},  # this checkout's idemtools, in both processes
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "FAIL" not in done.stdout
