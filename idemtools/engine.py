@@ -450,8 +450,11 @@ class Engine:
     ) -> Outcome:
         assert isinstance(self.store, TransactionalStore)
         try:
-            async with self.store.execution(ex.scope, ex.key, ex.owner):
+            async with self.store.execution(ex.scope, ex.key, ex.owner) as writes:
                 outcome = await self._run(ex.key, run)
+                if writes is not None and _failed(outcome):
+                    # A failed call keeps none of its writes; its error record still commits.
+                    await writes.rollback()
                 await self._finish(ex, outcome, strict=True)
         except Exception as exc:
             # Nothing the tool wrote was committed: say so, and free the key for a retry.
@@ -652,6 +655,13 @@ def _retry_after_ms(remaining: float, lease: float, cap: float) -> int:
     """
     wait = min(max(remaining, 0.0), lease / 4, cap)
     return max(1, math.ceil(wait * 1000))
+
+
+def _failed(outcome: Outcome) -> bool:
+    """An error (JSON-RPC or `isError`) or an answer that does not end the operation."""
+    if outcome.is_error or not outcome.final:
+        return True
+    return outcome.result is not None and outcome.result.get("isError") is True
 
 
 def _store_name(store: Store) -> str:

@@ -47,6 +47,8 @@ class ToolPolicy:
     policy: Policy
     own: bool
     """True when the tool declared its own policy (`@idempotent`), False for the default."""
+    input_schema: dict[str, Any] | None = None
+    """The tool's JSON Schema for `arguments`, as the server lists it (None if unknown)."""
 
 
 @dataclass
@@ -58,7 +60,9 @@ class Installation:
     adapter: str
     """Which adapter runs: "mcp1.fastmcp", "mcp1.lowlevel", "mcp2.mcpserver", "mcp2.lowlevel",
     or "fastmcp" (the standalone FastMCP 4.x framework)."""
-    _list_tools: Callable[[], Awaitable[list[tuple[str, Policy | None]]]] = field(repr=False)
+    _list_tools: Callable[[], Awaitable[list[tuple[str, Policy | None, dict[str, Any] | None]]]] = (
+        field(repr=False)
+    )
 
     @property
     def store(self) -> Store:
@@ -67,10 +71,10 @@ class Installation:
     async def tools(self) -> list[ToolPolicy]:
         """Every tool the server lists (plus registry-only names), sorted by name."""
         found: dict[str, ToolPolicy] = {}
-        for name, own in await self._list_tools():
+        for name, own, schema in await self._list_tools():
             policy = own or self.engine.registry.get(name)
             found[name] = ToolPolicy(
-                name, policy or self.engine.default_policy, own=policy is not None
+                name, policy or self.engine.default_policy, policy is not None, schema
             )
         return [found[name] for name in sorted(found)]
 

@@ -24,6 +24,7 @@ import functools
 import getpass
 import json
 import os
+import re
 import socket
 import uuid
 import weakref
@@ -49,6 +50,10 @@ __all__ = [
 
 Transport = Literal["stdio", "memory", "http", "unknown"]
 LocalTransport = Literal["stdio", "memory"]
+
+TRANSPORTS: tuple[str, ...] = ("HTTP", "stdio")
+"""The transports a scope is described for (`Scope.on`): "HTTP" (streamable HTTP, SSE) and
+"stdio" (also in-memory connections, which `by_auth_subject` treats alike)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,14 @@ class Scope:
     """
 
     def __init__(
-        self, fn: ScopeFn, description: str, *, _builtin: bool = False, kind: str = "custom"
+        self,
+        fn: ScopeFn,
+        description: str,
+        *,
+        _builtin: bool = False,
+        name: str | None = None,
+        on: Mapping[str, str | None] | None = None,
+        kind: str = "custom",
     ) -> None:
         self._fn = fn
         self._builtin = _builtin
@@ -118,6 +130,14 @@ class Scope:
         """A short machine name for what the scope is keyed on, published in `tools/list`
         metadata: "auth_subject", "client_id", "session", "shared", "local_user", "custom"
         (a strategy of your own) or "composite" (built with `|` or `&`)."""
+        self.name = name or description
+        """Short, for tables: the strategy's Python name for built-ins, else the description."""
+        # The same strategy means different callers on different transports (by_auth_subject is
+        # the token's subject over HTTP, the OS user on stdio): generated docs say both.
+        given = on or {}
+        self.on: dict[str, str | None] = {t: given.get(t, description) for t in TRANSPORTS}
+        """What the scope is on each of `TRANSPORTS`, in words (the description by default);
+        None where it never answers, so every keyed call there is refused."""
 
     def __call__(self, ctx: CallContext) -> str:
         value = self._fn(ctx)
@@ -143,6 +163,8 @@ class Scope:
             f"{self.description}, else {second.description}",
             _builtin=True,
             kind="composite",
+            name=_combined(self, "|", second, f"{self.description}, else {second.description}"),
+            on={t: _either(self.on[t], second.on[t]) for t in TRANSPORTS},
         )
 
     def __and__(self, other: Scope | ScopeFn) -> Scope:
@@ -153,11 +175,37 @@ class Scope:
             return json.dumps(["both", self(ctx), second(ctx)])
 
         return Scope(
-            both, f"{self.description} and {second.description}", _builtin=True, kind="composite"
+            both,
+            f"{self.description} and {second.description}",
+            _builtin=True,
+            kind="composite",
+            name=_combined(self, "&", second, f"{self.description} and {second.description}"),
+            on={t: _both(self.on[t], second.on[t]) for t in TRANSPORTS},
         )
 
     def __repr__(self) -> str:
         return f"Scope({self.description!r})"
+
+
+_NAMES = re.compile(r"[A-Za-z_]\w*(?: [|&] [A-Za-z_]\w*)*")
+
+
+def _combined(first: Scope, operator: str, second: Scope, description: str) -> str:
+    """`by_auth_subject | per_session` for strategies with names, else the words: a custom
+    description may itself hold `|`, and would read as a combination that is not one."""
+    if _NAMES.fullmatch(first.name) and _NAMES.fullmatch(second.name):
+        return f"{first.name} {operator} {second.name}"
+    return description
+
+
+def _either(first: str | None, second: str | None) -> str | None:
+    if first is None or second is None:
+        return first or second
+    return f"{first}; else {second}"
+
+
+def _both(first: str | None, second: str | None) -> str | None:
+    return None if first is None or second is None else f"{first}, and {second}"
 
 
 def scope(description: str) -> Callable[[ScopeFn], Scope]:
@@ -189,9 +237,18 @@ _KINDS = {
 }
 
 
-def _builtin(description: str) -> Callable[[ScopeFn], Scope]:
+def _builtin(
+    description: str, *, http: str | None, stdio: str | None
+) -> Callable[[ScopeFn], Scope]:
     def wrap(fn: ScopeFn) -> Scope:
-        return Scope(fn, description, _builtin=True, kind=_KINDS[fn.__name__])
+        return Scope(
+            fn,
+            description,
+            _builtin=True,
+            name=fn.__name__,
+            kind=_KINDS[fn.__name__],
+            on={"HTTP": http, "stdio": stdio},
+        )
 
     return wrap
 
@@ -273,13 +330,24 @@ def _local_identity() -> str:  # constant for the process; the lookup costs a pa
     return json.dumps(["local", socket.gethostname(), uid, user])
 
 
-@_builtin("the local user who started the server process")
+_LOCAL_USER = "the local OS user who started the server process"
+
+
+@_builtin(
+    "the local user who started the server process",
+    http=f"{_LOCAL_USER}: every HTTP caller shares it",
+    stdio=_LOCAL_USER,
+)
 def local_user(ctx: CallContext) -> str:
     """The OS user running this server: the boundary of a stdio or in-process server."""
     return _local_identity()
 
 
-@_builtin("per authenticated subject (token issuer + subject; the local user on stdio)")
+@_builtin(
+    "per authenticated subject (token issuer + subject; the local user on stdio)",
+    http="per authenticated subject (token issuer + subject; needs an access token)",
+    stdio=_LOCAL_USER,
+)
 def by_auth_subject(ctx: CallContext) -> str:
     """The authenticated caller of the current request: the token's issuer and subject.
 
@@ -314,7 +382,11 @@ def by_auth_subject(ctx: CallContext) -> str:
     )
 
 
-@_builtin("per OAuth client (token issuer + client id; explicit opt-in)")
+@_builtin(
+    "per OAuth client (token issuer + client id; explicit opt-in)",
+    http="per OAuth client (token issuer + client id; its users share it)",
+    stdio=None,  # no access token on stdio
+)
 def by_client_id(ctx: CallContext) -> str:
     """The OAuth client of the current request's token: for deployments where each client is
     its own principal (machine-to-machine). Every user of one client app shares its scope."""
@@ -327,7 +399,11 @@ def by_client_id(ctx: CallContext) -> str:
     )
 
 
-@_builtin("per session (the session the SDK holds)")
+@_builtin(
+    "per session (the session the SDK holds)",
+    http="per MCP session and its caller (not on stateless HTTP)",
+    stdio="per connection (on stdio: the one client that started the server)",
+)
 def per_session(ctx: CallContext) -> str:
     """The session the SDK itself holds for this connection, never a client-sent header.
 
@@ -346,7 +422,11 @@ def per_session(ctx: CallContext) -> str:
     )
 
 
-@_builtin("one scope shared by every caller (explicit opt-in)")
+@_builtin(
+    "one scope shared by every caller (explicit opt-in)",
+    http="one scope shared by every caller",
+    stdio="one scope shared by every caller",
+)
 def shared(ctx: CallContext) -> str:
     """Every caller shares one namespace: only for single-tenant servers that choose it."""
     return _SHARED

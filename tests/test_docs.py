@@ -16,7 +16,22 @@ from typing import Any
 
 import pytest
 
-from idemtools import ErrorCodes, install
+from idemtools import (
+    AuthInfo,
+    CallContext,
+    ErrorCodes,
+    Policy,
+    Registry,
+    Scope,
+    ScopeUnavailableError,
+    by_auth_subject,
+    by_client_id,
+    idempotent,
+    install,
+    local_user,
+    per_session,
+    shared,
+)
 from idemtools.docs import (
     JSON_SCHEMA,
     NotInstalledError,
@@ -37,6 +52,11 @@ from idemtools.errors import ErrorCodes as _Codes
 
 FIXTURE = "tests.fixtures_docs.server:server"
 GOLDEN = Path(__file__).parent / "golden"
+
+
+def nb(identifier: str) -> str:
+    """An identifier as the page writes it in tables: code that does not break mid-word."""
+    return f'<code style="white-space: nowrap">{identifier}</code>'
 
 
 def _check_golden(name: str, text: str) -> None:
@@ -68,43 +88,33 @@ async def test_adapter_is_reported() -> None:
 async def test_every_policy_field_appears() -> None:
     doc = await _fixture_doc()
     text = render_markdown(doc)
-    rows = {
-        line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| `")
-    }
+    tools = text.split("## Tools")[1].split("## ")[0]
+    rows = {line.split(" | ")[0][2:]: line for line in tools.splitlines() if line.startswith("| `")}
     expected = {
-        # name: (retention words, seconds, lease, scope, transactional, policy source)
-        "charge": (
-            "7 days",
-            "604800",
+        # tool cell: (retention, lease, scope, transactional)
+        "`charge`": (
+            "7 days (604800 s)",
             "2 minutes (120 s)",
-            "per authenticated subject (token issuer + subject; the local user on stdio)",
+            nb("by_auth_subject"),
             "requested, but this store has no transactions",
-            "own",
         ),
-        "send_email": (
-            "1 hour 30 minutes",
-            "5400",
+        "`send_email`": (
+            "1 hour 30 minutes (5400 s)",
             "30.5 seconds",
             r"per session (the session the SDK holds), else per tenant (the X-Tenant \| header)",
             "no",
-            "own",
         ),
-        "ping": (
-            "36 hours",
-            "129600",
-            "45 seconds",
-            "the local user who started the server process",
-            "no",
-            "server default",
-        ),
+        "`ping` *(server default)*": ("36 hours (129600 s)", "45 seconds", nb("local_user"), "no"),
     }
+    assert "| Tool | Retention | Lease | Scope | Transactional |" in text
     for name, fields in expected.items():
-        row = rows[f"`{name}`"]
+        row = rows[name]
         cells = [cell.strip() for cell in row.strip().strip("|").split(" | ")]
-        assert cells == [f"`{name}`", "yes", *fields], row
+        assert cells == [name, *fields], row
     assert "retention 36 hours (129600 s), lease 45 seconds" in text  # the server default
     assert "**in-process memory** (`memory`)" in text
     assert "lost when the server restarts" in text and "Per process" in text
+    assert "256 MiB of records (`max_bytes`) and 100,000 live records" in text
     assert '"idempotencyKey": "5f0c6f0e-' in text and '"method": "tools/call"' in text
     assert '_meta["io.github.idemtools/replayed"]' in text  # the fixture sets mark_replays
 
@@ -131,7 +141,7 @@ async def test_errors_cover_every_error_code() -> None:
         assert error.code == ErrorCodes().code_for(error.type)
     text = render_markdown(doc)
     for error in doc.errors:
-        assert f"| `{error.type}` | {error.code} |" in text
+        assert f"| {nb(error.type)} | {error.code} |" in text
 
 
 async def test_deterministic_across_runs_and_fresh_imports() -> None:
@@ -148,10 +158,15 @@ async def test_custom_codes_and_store_kind_are_read_from_the_installation() -> N
     doc = await describe(server)
     assert {e.type: e.code for e in doc.errors}["idempotency_key_conflict"] == -32099
     text = render_markdown(doc)
-    assert "| `idempotency_key_conflict` | -32099 |" in text
+    assert f"| {nb('idempotency_key_conflict')} | -32099 |" in text
     assert "1 to 64 characters" in text
     assert "with no marker" in text
     assert doc.server == "custom"
+    assert "does not list its tools' input schemas" not in text  # noop's schema is known
+    unknown = dataclasses.replace(
+        doc, tools=tuple(dataclasses.replace(t, example_arguments=None) for t in doc.tools)
+    )
+    assert "does not list its tools' input schemas" in render_markdown(unknown)
 
 
 async def test_sqlite_store_is_described(tmp_path: Path) -> None:
@@ -304,3 +319,96 @@ async def test_fresh_import_sees_edits(tmp_path: Path, monkeypatch: pytest.Monke
         "1 minute",
         "1 minute 30 seconds",
     )
+
+
+# -- scopes per transport, the declared store ---------------------------------------------------
+
+
+def _contexts() -> dict[str, list[CallContext]]:
+    """Typical requests per transport the page describes: with and without what can be missing."""
+    token = AuthInfo(issuer="https://issuer.test", subject="alice", client_id="app")
+    return {
+        "HTTP": [
+            CallContext(transport="http", auth=token, session_id="s1"),
+            CallContext(transport="http", auth=token),  # stateless HTTP
+        ],
+        "stdio": [
+            CallContext(transport="stdio", session_id="s1"),
+            CallContext(transport="memory", session_id="s2"),
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [local_user, by_auth_subject, by_client_id, per_session, shared],
+    ids=lambda s: s.name,
+)
+def test_scope_labels_per_transport_match_what_the_scope_does(strategy: Scope) -> None:
+    """A transport is labelled "refused" exactly when the strategy never answers there."""
+    for transport, contexts in _contexts().items():
+        answers = []
+        for ctx in contexts:
+            try:
+                answers.append(strategy(ctx))
+            except ScopeUnavailableError:
+                answers.append(None)
+        words = strategy.on[transport]
+        assert (words is None) == all(a is None for a in answers), (transport, words, answers)
+        if words is not None and "local OS user" in words:
+            assert set(answers) == {local_user(contexts[0])}, (transport, answers)
+
+
+async def test_page_labels_each_scope_per_transport() -> None:
+    server = _new_server("scoped")
+    registry = Registry()
+
+    @server.tool()
+    @idempotent(scope=by_client_id, registry=registry)
+    def machine() -> str:
+        return "ok"
+
+    install(server, registry=registry)  # noop: the default, by_auth_subject
+    text = render_markdown(await describe(server))
+    scopes = text.split("## Scopes")[1].split("## ")[0]
+    assert "| Scope | over HTTP | over stdio (or in-memory) |" in scopes
+    lines = scopes.splitlines()
+    rows = {line.split(" | ")[0][2:]: line for line in lines if line.startswith("| <code")}
+    assert rows[nb("by_auth_subject")].split(" | ")[1:] == [
+        "per authenticated subject (token issuer + subject; needs an access token)",
+        "the local OS user who started the server process |",
+    ]
+    assert rows[nb("by_client_id")].endswith("| refused: `idempotency_scope_unavailable` |")
+    combined = by_auth_subject | per_session
+    assert combined.name == "by_auth_subject | per_session"
+    assert combined.on["stdio"] is not None and combined.on["stdio"].startswith("the local OS")
+
+
+async def test_store_section_reads_the_declared_store(tmp_path: Path) -> None:
+    from idemtools.stores import MemoryStore, SQLiteStore
+
+    server = _new_server("bounded")
+    install(server, store=MemoryStore(max_bytes=3 << 20, max_records=50, max_records_per_scope=7))
+    text = render_markdown(await describe(server))
+    assert "at most 3 MiB of records (`max_bytes`) and 50 live records (`max_records`)" in text
+    assert "at most 7 live records per scope (`max_records_per_scope`)" in text
+    server = _new_server("durable")
+    installation = install(server, store=SQLiteStore(tmp_path / "idem.db", max_bytes=1000))
+    try:
+        doc = await describe(server)
+    finally:
+        await installation.aclose()
+    assert doc.store.bound.startswith("at most 1,000 bytes of records (`max_bytes`).")
+    assert doc.store.quota.startswith("none")
+    assert str(tmp_path) not in render_markdown(doc)  # the store, not where the build ran
+
+
+async def test_a_custom_scope_may_describe_itself_per_transport() -> None:
+    by_tenant = Scope(lambda ctx: "t1", "per tenant", on={"HTTP": "per tenant (token claim)"})
+    assert by_tenant.on == {"HTTP": "per tenant (token claim)", "stdio": "per tenant"}
+    assert by_tenant(CallContext(transport="http")) == '["custom", "t1"]'  # still namespaced
+    only_http = Scope(lambda ctx: "t1", "per tenant", on={"stdio": None})
+    server = _new_server("tenants")
+    install(server, default_policy=Policy.of(scope=only_http))
+    scopes = render_markdown(await describe(server)).split("## Scopes")[1].split("## ")[0]
+    assert "| per tenant | per tenant | refused: `idempotency_scope_unavailable` |" in scopes

@@ -1152,3 +1152,50 @@ async def test_transactional_policy_on_a_plain_store_runs_normally(engine: Engin
     tool = Tool()
     assert await engine.handle(call("k", policy=TX_POLICY), tool) == ok("run 1")
     assert await engine.handle(call("k", policy=TX_POLICY), tool) == ok("run 1")
+
+
+class Undoable(Transactional):
+    """A TransactionalStore whose `execution` yields `ToolWrites`: it logs the rollbacks."""
+
+    @asynccontextmanager
+    async def _undoable(self) -> AsyncIterator[Any]:
+        store = self
+
+        class Writes:
+            async def rollback(self) -> None:
+                store.events.append("rollback")
+
+        async with self._execution():
+            yield Writes()
+
+    def execution(self, scope: str, key: str, owner: str) -> Any:
+        return self._undoable()
+
+
+@pytest.mark.parametrize(
+    ("outcome", "rolled_back"),
+    [
+        (ok("paid"), False),
+        (Outcome(result={"content": [], "isError": True}), True),
+        (Outcome.of_error(-32603, "tool crashed"), True),
+        (Outcome(result={"resultType": "input_required"}, final=False), True),
+    ],
+    ids=["success", "isError", "jsonrpc-error", "not-final"],
+)
+async def test_a_failed_transactional_call_rolls_its_writes_back(
+    store: MemoryStore, outcome: Outcome, rolled_back: bool
+) -> None:
+    """Its writes are undone before its (error) record is written in the same transaction."""
+    tx = Undoable(store, fail_commit=False)
+    engine = Engine(tx, registry=Registry())
+    tool = Tool(outcome)
+    await engine.handle(call("k", policy=TX_POLICY), tool)
+    recorded = "release" if not outcome.final else "complete"
+    expected = ["enter", "rollback", recorded, "commit"] if rolled_back else ["enter", recorded]
+    assert [e for e in tx.events if e in ("enter", "rollback", "complete", "release", "commit")][
+        : len(expected)
+    ] == expected, tx.events
+    assert ("rollback" in tx.events) == rolled_back
+    if outcome.final:  # the outcome is replayed: the tool does not run again
+        assert await engine.handle(call("k", policy=TX_POLICY), tool) == outcome
+        assert tool.calls == 1

@@ -42,7 +42,8 @@ def _assert_rows(page: Path, described: dict[str, Any]) -> None:
     for tool in tools:
         seconds = tool["retention_seconds"]
         shown = str(int(seconds)) if float(seconds).is_integer() else str(seconds)
-        row = f"{tool['name']} yes {tool['retention']} {shown}"
+        source = "" if tool["policy"] == "own" else f" ({tool['policy']})"
+        row = f"{tool['name']}{source} {tool['retention']} ({shown} s)"
         assert row in text, f"row for {tool['name']!r} not found in {page}"
 
 
@@ -55,6 +56,7 @@ def test_project_site_builds_strictly(tmp_path: Path) -> None:
     _assert_rows(page, describe_json(PROJECT_SERVER, ROOT))
     reference = (tmp_path / "site" / "reference" / "index.html").read_text(encoding="utf-8")
     assert 'id="idemtools.install"' in reference  # mkdocstrings rendered the docstrings
+    assert 'id="idemtools.client.call_tool"' in reference  # the client helper is documented
     assert 'class="mermaid"' in (tmp_path / "site" / "how-it-works" / "index.html").read_text()
 
 

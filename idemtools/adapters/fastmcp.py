@@ -215,10 +215,14 @@ def adapt(
 ) -> Installation:
     middleware = FastMCPIdempotencyMiddleware(server, lowlevel, engine, tool_metadata=tool_metadata)
 
-    async def list_tools() -> list[tuple[str, Policy | None]]:
+    async def list_tools() -> list[tuple[str, Policy | None, dict[str, Any] | None]]:
         with _all_components_visible():
             tools = list(await server.list_tools(run_middleware=False))
-        return [(tool.name, await tool_policy(tool)) for tool in tools]
+        # FastMCP's `parameters` is the tool's input schema: the docs' example arguments.
+        return [
+            (tool.name, await tool_policy(tool), getattr(tool, "parameters", None))
+            for tool in tools
+        ]
 
     installation = mcp2.adapt(
         server,

@@ -321,14 +321,14 @@ def adapt(
     lowlevel.get_capabilities = get_capabilities
     lowlevel.__idemtools_guard__ = True
 
-    async def list_tools() -> list[tuple[str, Policy | None]]:
+    async def list_tools() -> list[tuple[str, Policy | None, dict[str, Any] | None]]:
         if tool_manager is not None:
-            return [(t.name, policy_of(t.fn)) for t in tool_manager.list_tools()]
+            return [(t.name, policy_of(t.fn), t.parameters) for t in tool_manager.list_tools()]
         handler = lowlevel.request_handlers.get(types.ListToolsRequest)
         if handler is None:
             return []
         result = await handler(types.ListToolsRequest(method="tools/list"))
-        return [(t.name, None) for t in getattr(result, "root", result).tools]
+        return [(t.name, None, t.inputSchema) for t in getattr(result, "root", result).tools]
 
     kind = "mcp1.fastmcp" if tool_manager is not None else "mcp1.lowlevel"
     installation = Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)

@@ -451,7 +451,8 @@ def adapt(
     tool_metadata: bool = False,
     middleware: IdempotencyMiddleware | None = None,
     kind: str | None = None,
-    list_tools: Callable[[], Awaitable[list[tuple[str, Policy | None]]]] | None = None,
+    list_tools: Callable[[], Awaitable[list[tuple[str, Policy | None, dict[str, Any] | None]]]]
+    | None = None,
 ) -> Installation:
     """Hook `lowlevel`; `middleware`, `kind` and `list_tools` let a framework adapter
     built on this SDK line (FastMCP) bring its own tool lookup."""
@@ -479,10 +480,10 @@ def adapt(
 
     lowlevel.get_capabilities = get_capabilities
 
-    async def sdk_list_tools() -> list[tuple[str, Policy | None]]:
-        if tool_manager is None:
-            return [(name, None) for name in engine.registry]
-        return [(t.name, policy_of(t.fn)) for t in tool_manager.list_tools()]
+    async def sdk_list_tools() -> list[tuple[str, Policy | None, dict[str, Any] | None]]:
+        if tool_manager is None:  # the low-level server's tools are its handler's secret
+            return [(name, None, None) for name in engine.registry]
+        return [(t.name, policy_of(t.fn), t.parameters) for t in tool_manager.list_tools()]
 
     if kind is None:
         kind = "mcp2.mcpserver" if tool_manager is not None else "mcp2.lowlevel"

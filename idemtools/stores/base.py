@@ -33,7 +33,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Claim", "Record", "Status", "Store", "TransactionalStore"]
+__all__ = ["Claim", "Record", "Status", "Store", "ToolWrites", "TransactionalStore"]
 
 
 class Status(str, enum.Enum):
@@ -95,6 +95,13 @@ class Store(Protocol):
     async def aclose(self) -> None: ...
 
 
+class ToolWrites(Protocol):
+    """What `TransactionalStore.execution` yields: a way to undo the tool's own writes while
+    keeping the transaction, so the outcome can still be recorded through it."""
+
+    async def rollback(self) -> None: ...
+
+
 @runtime_checkable
 class TransactionalStore(Store, Protocol):
     """A store that can run a tool inside its own transaction (PostgresStore).
@@ -104,6 +111,13 @@ class TransactionalStore(Store, Protocol):
     store's business, e.g. a context variable), makes `complete` write through it, and commits on
     exit. If the commit fails, the exit raises and the engine answers with an error and releases
     the claim: nothing the tool wrote was kept, so a retry may run it again.
+
+    A call that *fails* must not keep half its work either: when the block yields a
+    `ToolWrites`, the engine calls its `rollback()` before recording an outcome that is an error
+    (a JSON-RPC error or an `isError` result) or not final. The error record then commits
+    alone: the retry replays the error, and the database holds nothing of the failed attempt.
     """
 
-    def execution(self, scope: str, key: str, owner: str) -> AbstractAsyncContextManager[None]: ...
+    def execution(
+        self, scope: str, key: str, owner: str
+    ) -> AbstractAsyncContextManager[ToolWrites | None]: ...

@@ -44,7 +44,9 @@ Why it is built this way:
   transaction, and the block commits on exit. The tool's own writes and the completed record
   therefore commit together or not at all: if the process dies before the commit, PostgreSQL
   rolls both back, the claim (committed earlier, on its own) ends by lease, and a retry runs the
-  tool again against a database that never saw the first attempt.
+  tool again against a database that never saw the first attempt. A tool that fails (raises,
+  returns `isError`, or hits an SQL error) is rolled back to a savepoint taken before it ran,
+  and its error record commits alone: the retry replays the error, the writes are gone.
 * **Transactions never take the whole pool.** A transactional call holds its connection while
   its tool runs, possibly for longer than a lease; with as many such calls as connections, every
   claim, completion, release and replay of the other calls would wait for the pool's `timeout`
@@ -87,6 +89,9 @@ T = TypeVar("T")
 _CLAIM_ATTEMPTS = 5
 
 
+_TOOL_SAVEPOINT = "idemtools_tool"
+
+
 @dataclass(frozen=True)
 class _Tx:
     store: PostgresStore
@@ -94,6 +99,10 @@ class _Tx:
     key: str
     owner: str
     conn: AsyncConnection[Any]
+
+    async def rollback(self) -> None:
+        """Undo what the tool wrote (also after an SQL error aborted the transaction)."""
+        await self.conn.execute(f"ROLLBACK TO SAVEPOINT {_TOOL_SAVEPOINT}")
 
 
 _current: ContextVar[_Tx | None] = ContextVar("idemtools_postgres_tx", default=None)
@@ -576,14 +585,16 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         return await self._run(op, key)
 
     @asynccontextmanager
-    async def execution(self, scope: str, key: str, owner: str) -> AsyncIterator[None]:
+    async def execution(self, scope: str, key: str, owner: str) -> AsyncIterator[_Tx]:
         """Run the block (the tool and its `complete`) in one transaction; commit on exit.
 
         The tool reaches the transaction through `current_connection()`. A failed commit
-        raises (the engine then answers with an error and releases the claim). The connection
-        is held for the whole block; at most `max_transactions` blocks hold one at a time, the
-        others wait for a slot first (see the module notes), so short statements always find a
-        connection.
+        raises (the engine then answers with an error and releases the claim). The tool runs
+        after a savepoint: when it fails, the engine rolls back to it (`rollback()` of what
+        this yields), so the error record commits without the failed attempt's writes. The
+        connection is held for the whole block; at most `max_transactions` blocks hold one at a
+        time, the others wait for a slot first (see the module notes), so short statements
+        always find a connection.
         """
         await self._ensure_open()
         slots = self._transaction_slots
@@ -597,9 +608,11 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
             ) from None
         try:
             async with self._pool.connection() as conn, conn.transaction():
-                token = _current.set(_Tx(self, scope, key, owner, conn))
+                tx = _Tx(self, scope, key, owner, conn)
+                await conn.execute(f"SAVEPOINT {_TOOL_SAVEPOINT}")
+                token = _current.set(tx)
                 try:
-                    yield
+                    yield tx
                 finally:
                     _current.reset(token)
         except PoolTimeout as exc:

@@ -44,6 +44,10 @@ def test_installation_lists_tools_with_their_policies() -> None:
     assert tools["slow"].policy.lease == 5
     assert tools["plain"].policy == app.installation.engine.default_policy
     assert idemtools.installation_of(app.server) is app.installation
+    # the input schema the server lists, for the docs' example request
+    schema = tools["charge"].input_schema
+    assert schema is not None and schema["required"] == ["amount"]
+    assert set(schema["properties"]) == {"amount", "currency"}
 
 
 def _lowlevel_server(runs: list[int], *, register: bool = True) -> Any:
@@ -105,6 +109,9 @@ async def test_lowlevel_server() -> None:
     first, again = await _twice(server)
     assert result_text(first) == "added 2" and again["result"] == first["result"]
     assert runs == [2]
+    if LINE == 1:  # its tools/list handler is asked; on mcp 2.x the handler is opaque
+        (tool,) = await installation.tools()
+        assert tool.input_schema == {"type": "object", "properties": {"x": {"type": "integer"}}}
 
 
 @pytest.mark.skipif(LINE != 1, reason="mcp 1.x registers tools/call handlers after construction")
