@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from idemtools import CallContext, Engine, Outcome, Policy, StoreUnavailableError
+from idemtools import CallContext, Engine, Outcome, Policy, Registry, StoreUnavailableError
 from idemtools.engine import ToolCall, key_digest
 from idemtools.stores import MemoryStore
 from idemtools.telemetry import OutcomeContext, OutcomeKind
@@ -57,6 +57,8 @@ class Otel:
 
     def engine(self, store: Any = None, **options: Any) -> Engine:
         options.setdefault("default_policy", POLICY)
+        # Its own registry: the process-wide one holds whatever other tests' servers declared.
+        options.setdefault("registry", Registry())
         return Engine(
             store if store is not None else MemoryStore(),
             tracer_provider=self.tracer_provider,
