@@ -418,6 +418,13 @@ class LocalCluster:
     def url(self) -> str:
         return f"redis+cluster://127.0.0.1:{self.ports[0]}/0"
 
+    @property
+    def live_url(self) -> str:
+        """A store URL through a node that is running: after a test killed a node (maybe the
+        first), a new client must not start from it."""
+        port = next(p for p in self.ports if p in self.procs and self.procs[p].poll() is None)
+        return f"redis+cluster://127.0.0.1:{port}/0"
+
     def start_node(self, port: int) -> None:
         import subprocess
 

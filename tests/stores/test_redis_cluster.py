@@ -373,7 +373,7 @@ async def test_wait_mode_completion_survives_failover_of_its_primary(
             assert claim.existing.status is Status.COMPLETED and claim.existing.outcome == b'"paid"'
         # The shard that lost its primary has no replica now: WAIT cannot be satisfied there.
         strict = RedisStore.from_url(
-            redis_cluster.url, prefix=prefix, wait_replicas=1, wait_timeout=0.2
+            redis_cluster.live_url, prefix=prefix, wait_replicas=1, wait_timeout=0.2
         )
         try:
             orphan = next(
