@@ -480,8 +480,10 @@ class Engine:
     async def _complete(self, ex: _Execution, data: bytes, *, retry: bool) -> bool:
         """`store.complete`, tried again for up to `record_retry_for` seconds while the store
         is unreachable: the claim stays renewed meanwhile, so a store that comes back (a Redis
-        restart, a database failover) gets the record and no retry runs the tool again."""
-        deadline = anyio.current_time() + (self.record_retry_for if retry else 0.0)
+        restart, a database failover) gets the record and no retry runs the tool again. The
+        window counts from the first failure: reading the clock before every first attempt
+        would cost each call that records at once (~1 us: the async backend is looked up)."""
+        deadline: float | None = None
         pause = 0.05
         attempts = 0
         while True:
@@ -501,7 +503,10 @@ class Engine:
                     raise  # a decision (store full, corrupt record), not an outage
                 # A failed attempt may itself have taken the whole window (a timeout): with
                 # retries on, two more follow in any case.
-                if anyio.current_time() + pause > deadline and (not retry or attempts >= 3):
+                now = anyio.current_time()
+                if deadline is None:
+                    deadline = now + (self.record_retry_for if retry else 0.0)
+                if now + pause > deadline and (not retry or attempts >= 3):
                     raise
                 self.stats.store_errors += 1
                 log.warning(

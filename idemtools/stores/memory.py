@@ -35,7 +35,7 @@ the engine's `max_outcome_bytes`, 1 MiB by default).
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -169,6 +169,18 @@ def _unhex(text: str, size: int) -> bytes | None:
     return raw if raw.hex() == text else None
 
 
+@functools.lru_cache(maxsize=1024)
+def _scope_prefix(scope: str) -> bytes:
+    """A tag byte, then either the 32 bytes of a SHA-256 hex scope (what the engine passes) or
+    a length-prefixed encoded scope. Cached: a server sees few scopes, and every operation
+    needs its scope's prefix (bounded; the values are small)."""
+    raw = _unhex(scope, 32)
+    if raw is not None:
+        return b"\x00" + raw
+    encoded = scope.encode("utf-8", "surrogatepass")
+    return b"\x01" + len(encoded).to_bytes(8, "big") + encoded
+
+
 def _pack(fingerprint: str, owner: str) -> _Meta:
     fp = _unhex(fingerprint, 32)
     if fp is not None:
@@ -242,15 +254,9 @@ class MemoryStore:
 
     @staticmethod
     def _id(scope: str, key: str) -> bytes:
-        # Collision-free: a tag byte, then either the 32 bytes of a SHA-256 hex scope (what the
-        # engine passes) or a length-prefixed encoded scope, then the key (UTF-8, surrogates
-        # kept, so every Python string has its own bytes).
-        raw = _unhex(scope, 32)
-        encoded_key = key.encode("utf-8", "surrogatepass")
-        if raw is not None:
-            return b"\x00" + raw + encoded_key
-        encoded = scope.encode("utf-8", "surrogatepass")
-        return b"\x01" + len(encoded).to_bytes(8, "big") + encoded + encoded_key
+        # Collision-free: the scope's prefix (see `_scope_prefix`), then the key (UTF-8,
+        # surrogates kept, so every Python string has its own bytes).
+        return _scope_prefix(scope) + key.encode("utf-8", "surrogatepass")
 
     @staticmethod
     def _record(entry: _Entry, status: Status, now: float) -> Record:
@@ -343,8 +349,11 @@ class MemoryStore:
     def _drop_running(self, rid: bytes) -> None:
         # TLRUCache deletes, then raises KeyError if the item's time ran out meanwhile (its timer
         # is read again): we decided at our `now` that the claim was held, so that is no error.
-        with contextlib.suppress(KeyError):
+        # (try/except rather than contextlib.suppress: this runs on every completion.)
+        try:  # noqa: SIM105
             del self._running[rid]
+        except KeyError:
+            pass
 
     def _held(self, rid: bytes, owner: str, now: float) -> _Entry | None:
         running = self._running
