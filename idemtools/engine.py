@@ -579,10 +579,11 @@ def _on_asyncio() -> bool:
 # An execution runs in a task of its own (see `Engine._execute`). Started the ordinary way, the
 # task's first step waits for the next event loop iteration, and its caller, waiting on it
 # through `asyncio.shield`, is woken two iterations after it ends: three loop iterations and a
-# shield per call, ~20 % of a bare in-memory round trip. Started eagerly, a call that never
-# suspends (a fast tool and MemoryStore) is over before `_start_eagerly` returns; one that
-# suspends goes on in its task exactly as before. Python 3.12 does this natively
-# (`eager_start`); on 3.11, `_start_eagerly_311` does the same by hand; 3.10 starts it lazily.
+# shield per call, ~7 % of a bare in-memory round trip (docs/benchmarks.md). Started eagerly, a
+# call that never suspends (a fast tool and MemoryStore) is over before `_start_eagerly`
+# returns; one that suspends goes on in its task exactly as before. Python 3.12 does this
+# natively (`eager_start`); on 3.11, `_start_eagerly_311` does the same by hand; 3.10 starts it
+# lazily.
 
 
 class _FirstStep:
