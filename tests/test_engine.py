@@ -8,6 +8,9 @@ real-time waits are the lease-renewal test (renewal runs on real time by design)
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -777,6 +780,88 @@ async def test_native_task_cancel_still_records_the_outcome(engine: Engine) -> N
     await asyncio.sleep(0)
     release.set()
     await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 5)
+    with anyio.fail_after(5):  # the cancelled caller stopped waiting; the call goes on
+        while engine.executing:
+            await asyncio.sleep(0.01)
+    retry = Tool()
+    assert await engine.handle(call("k"), retry) == ok("charged once")
+    assert (runs, retry.calls) == (1, 0)
+
+
+async def test_a_call_that_never_suspends_is_answered_without_yielding_to_the_loop(
+    engine: Engine,
+) -> None:
+    # Eager start: the execution's task runs its first step at once, so a call that never
+    # suspends is over before anything else on the loop runs (no task switch, no shield).
+    loop = asyncio.get_running_loop()
+    caller = asyncio.current_task()
+    ran_in: list[asyncio.Task[Any] | None] = []
+    others: list[str] = []
+
+    async def tool() -> Outcome:
+        ran_in.append(asyncio.current_task())
+        return ok("at once")
+
+    loop.call_soon(others.append, "ran")
+    assert await engine.handle(call("k"), tool) == ok("at once")
+    assert others == []  # the loop never got control
+    assert ran_in[0] is not caller  # still a task of its own, as a cancellation guard needs
+    assert engine.executing == 0
+    assert await engine.handle(call("k"), Tool()) == ok("at once")
+
+
+LEAKED: contextvars.ContextVar[str] = contextvars.ContextVar("leaked", default="caller's")
+
+
+@pytest.mark.parametrize("suspends", [False, True])
+async def test_the_execution_runs_in_its_own_task_and_context(
+    engine: Engine, suspends: bool
+) -> None:
+    caller = asyncio.current_task()
+    seen: list[asyncio.Task[Any] | None] = []
+
+    async def tool() -> Outcome:
+        LEAKED.set("tool's")
+        seen.append(asyncio.current_task())
+        if suspends:
+            await asyncio.sleep(0)
+            seen.append(asyncio.current_task())
+        return ok(LEAKED.get())
+
+    assert await engine.handle(call("k"), tool) == ok("tool's")
+    assert LEAKED.get() == "caller's"  # the tool's context was a copy, as in any task
+    assert caller not in seen and len(set(map(id, seen))) == 1
+
+
+async def test_scopes_opened_before_the_first_suspension_belong_to_the_execution(
+    engine: Engine,
+) -> None:
+    # What the eager start must not break: an anyio cancel scope (and an asyncio timeout)
+    # entered in the first step and exited after a suspension, while the caller is cancelled
+    # natively in between. Entered in the caller's task, anyio would refuse the exit.
+    started, release = asyncio.Event(), asyncio.Event()
+    runs = 0
+
+    async def tool() -> Outcome:
+        nonlocal runs
+        runs += 1
+        timeout = asyncio.timeout(10) if sys.version_info >= (3, 11) else contextlib.nullcontext()
+        with anyio.fail_after(10):
+            async with timeout:
+                started.set()
+                await release.wait()
+        return ok("charged once")
+
+    task = asyncio.ensure_future(engine.handle(call("k"), tool))
+    await started.wait()
+    task.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 5)
+    assert task.cancelled()
+    with anyio.fail_after(5):
+        while engine.executing:
+            await asyncio.sleep(0.01)
     retry = Tool()
     assert await engine.handle(call("k"), retry) == ok("charged once")
     assert (runs, retry.calls) == (1, 0)

@@ -4,11 +4,12 @@ TLRUCache gives each record its own expiry and removes expired records on every 
 eviction is exactly what an idempotency store must never do, so a claim that would need eviction
 is refused with `StoreFullError` instead.
 
-Records live in two TLRUCaches: claims in progress (expiry = lease, rewritten on every renewal)
-and completed records (expiry = retention, written once). A completed record therefore costs one
-cache write, and TLRUCache's lazily-deleted heap entries pile up only in the small in-progress
-cache, which compacts them itself. Ids, fingerprints and owner tokens are kept as raw bytes when
-they are the hex strings the engine produces, and turned back into the same strings in `Record`.
+Completed records (expiry = retention, written once) live in a TLRUCache. Claims in progress
+(expiry = lease, moved on every renewal) live in `_Claims`, a plain dict with a heap of expiries:
+every keyed call adds one and removes it a moment later, which TLRUCache's LRU order, timer and
+size callback made the largest cost of a first execution. Ids, fingerprints and owner tokens are
+kept as raw bytes when they are the hex strings the engine produces, and turned back into the same
+strings in `Record`.
 
 Bounds
 ------
@@ -35,7 +36,8 @@ the engine's `max_outcome_bytes`, 1 MiB by default).
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import heapq
 import threading
 import time
 from collections.abc import Callable
@@ -92,9 +94,74 @@ def _scope_of(rid: bytes) -> bytes:
     return rid[: 9 + int.from_bytes(rid[1:9], "big")]
 
 
+def _count(counts: dict[bytes, int], rid: bytes, delta: int) -> None:
+    sid = _scope_of(rid)
+    n = counts.get(sid, 0) + delta
+    if n > 0:
+        counts[sid] = n
+    else:
+        counts.pop(sid, None)  # no entry for a scope with nothing: no slow leak
+
+
+class _Claims:
+    """Claims in progress: a dict, the bytes they cost, and a min-heap of (expiry, id).
+
+    Claims are few (the calls running now) and short-lived, so no LRU order and no size callback:
+    a renewal or a removal leaves its old heap entry behind, skipped when it comes up, and the
+    heap is rebuilt from the dict once stale entries outnumber live ones (as TLRUCache does).
+    An expired claim stays readable as such (callers compare `expires`) until `expire` drops it,
+    which every `add` runs. With a per-scope quota, `counts` (shared with the completed cache)
+    counts the claims present per scope.
+    """
+
+    __slots__ = ("bytes", "counts", "entries", "heap")
+
+    def __init__(self, counts: dict[bytes, int] | None) -> None:
+        self.entries: dict[bytes, _Entry] = {}
+        self.heap: list[tuple[float, bytes]] = []
+        self.bytes = 0  # sum of `_sizeof` over the entries (claims have no outcome)
+        self.counts = counts
+
+    def add(self, rid: bytes, entry: _Entry, now: float) -> None:
+        heap = self.heap
+        if heap and heap[0][0] <= now:
+            self.expire(now)
+        old = self.entries.get(rid)
+        if old is not None:
+            self.bytes -= old.base
+        elif self.counts is not None:
+            _count(self.counts, rid, 1)
+        self.entries[rid] = entry
+        self.bytes += entry.base
+        self.moved(rid, entry)
+
+    def moved(self, rid: bytes, entry: _Entry) -> None:
+        """Note `entry.expires` (a new claim, or a renewal that just moved it)."""
+        heap = self.heap
+        if len(heap) > 2 * len(self.entries) + 16:
+            heap[:] = [(e.expires, r) for r, e in self.entries.items()]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (entry.expires, rid))
+
+    def remove(self, rid: bytes) -> None:
+        entry = self.entries.pop(rid, None)
+        if entry is not None:
+            self.bytes -= entry.base
+            if self.counts is not None:
+                _count(self.counts, rid, -1)
+
+    def expire(self, now: float) -> None:
+        heap, entries = self.heap, self.entries
+        while heap and heap[0][0] <= now:
+            _, rid = heapq.heappop(heap)
+            entry = entries.get(rid)
+            if entry is not None and entry.expires <= now:  # else renewed: a newer entry follows
+                self.remove(rid)
+
+
 class _ScopedCache(TLRUCache[bytes, _Entry]):
-    """A TLRUCache that also counts the items it holds per scope, in a dict shared by the
-    store's two caches. Used only with a per-scope quota, so a store without one pays nothing.
+    """A TLRUCache that also counts the items it holds per scope, in a dict shared with the
+    claims in progress. Used only with a per-scope quota, so a store without one pays nothing.
 
     Counting in the cache rather than in the store's operations means every write or removal is
     seen, including TLRUCache's own removal of expired items (`expire`, which its writes call):
@@ -109,12 +176,7 @@ class _ScopedCache(TLRUCache[bytes, _Entry]):
         self._counts = counts
 
     def _count(self, rid: bytes, delta: int) -> None:
-        sid = _scope_of(rid)
-        n = self._counts.get(sid, 0) + delta
-        if n > 0:
-            self._counts[sid] = n
-        else:
-            self._counts.pop(sid, None)  # no entry for a scope with nothing: no slow leak
+        _count(self._counts, rid, delta)
 
     def expire(self, time: float | None = None) -> list[tuple[bytes, _Entry]]:
         expired = list(super().expire(time))
@@ -167,6 +229,18 @@ def _unhex(text: str, size: int) -> bytes | None:
         return None
     # fromhex also accepts upper case and spaces; only an exact round trip may be packed.
     return raw if raw.hex() == text else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _scope_prefix(scope: str) -> bytes:
+    """A tag byte, then either the 32 bytes of a SHA-256 hex scope (what the engine passes) or
+    a length-prefixed encoded scope. Cached: a server sees few scopes, and every operation
+    needs its scope's prefix (bounded; the values are small)."""
+    raw = _unhex(scope, 32)
+    if raw is not None:
+        return b"\x00" + raw
+    encoded = scope.encode("utf-8", "surrogatepass")
+    return b"\x01" + len(encoded).to_bytes(8, "big") + encoded
 
 
 def _pack(fingerprint: str, owner: str) -> _Meta:
@@ -223,13 +297,12 @@ class MemoryStore:
         # The caches must never evict: `claim` checks every bound first, and `complete` may go
         # over `max_bytes`, so their own maxsize (in bytes, via getsizeof) is unreachable.
         self._per_scope: dict[bytes, int] = {}
-        self._running: TLRUCache[bytes, _Entry]
         self._done: TLRUCache[bytes, _Entry]
         if max_records_per_scope is None:
-            self._running = TLRUCache(maxsize=_NEVER, ttu=_ttu, timer=clock, getsizeof=_sizeof)
+            self._running = _Claims(None)
             self._done = TLRUCache(maxsize=_NEVER, ttu=_ttu, timer=clock, getsizeof=_sizeof)
         else:
-            self._running = _ScopedCache(self._per_scope, maxsize=_NEVER, timer=clock)
+            self._running = _Claims(self._per_scope)
             self._done = _ScopedCache(self._per_scope, maxsize=_NEVER, timer=clock)
         # Async callers run these under one event loop; the lock makes threaded use safe too.
         self._lock = threading.Lock()
@@ -238,19 +311,13 @@ class MemoryStore:
     def bytes_used(self) -> int:
         """Estimated bytes of the records held, expired ones not yet removed included."""
         with self._lock:
-            return int(_bytes(self._running) + _bytes(self._done))
+            return int(self._running.bytes + _bytes(self._done))
 
     @staticmethod
     def _id(scope: str, key: str) -> bytes:
-        # Collision-free: a tag byte, then either the 32 bytes of a SHA-256 hex scope (what the
-        # engine passes) or a length-prefixed encoded scope, then the key (UTF-8, surrogates
-        # kept, so every Python string has its own bytes).
-        raw = _unhex(scope, 32)
-        encoded_key = key.encode("utf-8", "surrogatepass")
-        if raw is not None:
-            return b"\x00" + raw + encoded_key
-        encoded = scope.encode("utf-8", "surrogatepass")
-        return b"\x01" + len(encoded).to_bytes(8, "big") + encoded + encoded_key
+        # Collision-free: the scope's prefix (see `_scope_prefix`), then the key (UTF-8,
+        # surrogates kept, so every Python string has its own bytes).
+        return _scope_prefix(scope) + key.encode("utf-8", "surrogatepass")
 
     @staticmethod
     def _record(entry: _Entry, status: Status, now: float) -> Record:
@@ -273,11 +340,9 @@ class MemoryStore:
             entry: _Entry = _peek(done, rid)
             if entry.expires > now:
                 return entry, Status.COMPLETED
-        running = self._running
-        if _contains(running, rid):
-            entry = _peek(running, rid)
-            if entry.expires > now:
-                return entry, Status.IN_PROGRESS
+        claim = self._running.entries.get(rid)
+        if claim is not None and claim.expires > now:
+            return claim, Status.IN_PROGRESS
         return None
 
     def _expire(self, now: float) -> None:
@@ -287,7 +352,7 @@ class MemoryStore:
     def __len__(self) -> int:
         with self._lock:
             self._expire(self._clock())
-            return len(self._running) + len(self._done)
+            return len(self._running.entries) + len(self._done)
 
     async def claim(
         self, scope: str, key: str, fingerprint: str, owner: str, lease: float
@@ -303,8 +368,8 @@ class MemoryStore:
             # Raw sizes count expired items too, so they are upper bounds of the live ones: only
             # a store (or scope) near a bound pays for expiring both caches and looking again.
             if (
-                _size(running) + _size(done) >= self.max_records
-                or _bytes(running) + _bytes(done) + entry.base > self.max_bytes
+                len(running.entries) + _size(done) >= self.max_records
+                or running.bytes + _bytes(done) + entry.base > self.max_bytes
                 or (
                     self.max_records_per_scope is not None
                     and self._per_scope.get(_scope_of(rid), 0) >= self.max_records_per_scope
@@ -312,7 +377,7 @@ class MemoryStore:
             ):
                 self._expire(now)
                 self._refuse_if_bounded(rid, entry, key)
-            running[rid] = entry
+            running.add(rid, entry, now)
             return _CLAIMED
 
     def _refuse_if_bounded(self, rid: bytes, entry: _Entry, key: str) -> None:
@@ -329,29 +394,20 @@ class MemoryStore:
                 key=key,
             )
         running, done = self._running, self._done
-        if _size(running) + _size(done) >= self.max_records:
+        if len(running.entries) + _size(done) >= self.max_records:
             raise StoreFullError(
                 f"memory store holds its maximum of {self.max_records} live records",
                 key=key,
             )
-        if _bytes(running) + _bytes(done) + entry.base > self.max_bytes:
+        if running.bytes + _bytes(done) + entry.base > self.max_bytes:
             raise StoreFullError(
                 f"memory store holds its maximum of {self.max_bytes} bytes of records",
                 key=key,
             )
 
-    def _drop_running(self, rid: bytes) -> None:
-        # TLRUCache deletes, then raises KeyError if the item's time ran out meanwhile (its timer
-        # is read again): we decided at our `now` that the claim was held, so that is no error.
-        with contextlib.suppress(KeyError):
-            del self._running[rid]
-
     def _held(self, rid: bytes, owner: str, now: float) -> _Entry | None:
-        running = self._running
-        if not _contains(running, rid):
-            return None
-        entry: _Entry = _peek(running, rid)
-        if entry.expires <= now or _owner_of(entry.meta) != owner:
+        entry = self._running.entries.get(rid)
+        if entry is None or entry.expires <= now or _owner_of(entry.meta) != owner:
             return None
         return entry
 
@@ -363,7 +419,7 @@ class MemoryStore:
             if entry is None:
                 return False
             entry.expires = now + lease
-            self._running[rid] = entry
+            self._running.moved(rid, entry)
             return True
 
     async def complete(
@@ -383,12 +439,13 @@ class MemoryStore:
             if _contains(done, rid) and _peek(done, rid).expires > now:
                 return False  # a completed record is final
             running = self._running
-            if _contains(running, rid):
+            claim = running.entries.get(rid)
+            if claim is not None:
                 # Late completion: our own claim, live or not, as long as nobody re-claimed.
-                entry: _Entry = _peek(running, rid)
-                if _owner_of(entry.meta) != owner:
+                if _owner_of(claim.meta) != owner:
                     return False
-                self._drop_running(rid)
+                running.remove(rid)
+                entry = claim
             elif fingerprint is not None:
                 # Our lease ran out and the expired claim is gone: nobody claimed since.
                 entry = _Entry(_pack(fingerprint, owner), now, len(rid))
@@ -404,7 +461,7 @@ class MemoryStore:
         with self._lock:
             if self._held(rid, owner, self._clock()) is None:
                 return False
-            self._drop_running(rid)
+            self._running.remove(rid)
             return True
 
     async def get(self, scope: str, key: str) -> Record | None:

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from cachetools import Cache
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from idemtools.errors import QuotaExceededError, StoreFullError
 from idemtools.stores.base import Store
-from idemtools.stores.memory import MemoryStore
+from idemtools.stores.memory import MemoryStore, _scope_of
 
 from .conformance import FakeClock, StoreConformance
 from .flood import flood_scenario
@@ -28,3 +35,68 @@ class TestMemoryStore(StoreConformance):
 
 async def test_flood_one_scope_others_unaffected() -> None:
     await flood_scenario(MemoryStore(max_records_per_scope=5), 5)
+
+
+# -- claims in progress (`_Claims`): accounting under any interleaving ------------------------
+
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["claim", "renew", "complete", "release", "advance"]),
+        st.integers(0, 5),  # which key (keys 0-2 in scope A, 3-5 in scope B)
+        st.integers(1, 40),  # seconds, for "advance"
+    ),
+    max_size=60,
+)
+
+
+def _run(coro: Any) -> Any:
+    # MemoryStore's operations never suspend: drive them without an event loop.
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    raise AssertionError("a MemoryStore operation suspended")
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=_OPS, quota=st.sampled_from([None, 2]))
+def test_claim_accounting_matches_what_is_held(
+    ops: list[tuple[str, int, int]], quota: int | None
+) -> None:
+    """Bytes, per-scope counts and the expiry heap of the claims in progress always agree with
+    the claims actually held, through claims, renewals, completions, releases and expiry."""
+    clock = FakeClock()
+    store = MemoryStore(clock=clock, max_records=4, max_records_per_scope=quota)
+    owners: dict[int, str] = {}
+    for op, i, seconds in ops:
+        scope, key = ("a" * 64 if i < 3 else "b" * 64), f"k{i}"
+        owner = owners.setdefault(i, f"{i:032x}")
+        try:
+            if op == "claim":
+                _run(store.claim(scope, key, "f" * 64, owner, 30.0))
+            elif op == "renew":
+                _run(store.renew(scope, key, owner, 30.0))
+            elif op == "complete":
+                _run(store.complete(scope, key, owner, b'{"v":1,"result":{}}', 60.0))
+            elif op == "release":
+                _run(store.release(scope, key, owner))
+            else:
+                clock.advance(seconds)
+        except (StoreFullError, QuotaExceededError):
+            pass
+        claims = store._running
+        assert claims.bytes == sum(e.base for e in claims.entries.values())
+        assert len(claims.heap) <= 2 * len(claims.entries) + 17
+        # every held claim has a heap entry at its current expiry, so expiry will find it
+        assert all((e.expires, rid) in claims.heap for rid, e in claims.entries.items())
+        if quota is not None:
+            present: dict[bytes, int] = {}
+            for rid in [*claims.entries, *(r for r in Cache.__iter__(store._done))]:
+                present[_scope_of(rid)] = present.get(_scope_of(rid), 0) + 1
+            assert store._per_scope == present
+        now = clock()
+        done = store._done
+        live_claims = sum(1 for e in claims.entries.values() if e.expires > now)
+        live_done = sum(1 for r in Cache.__iter__(done) if Cache.__getitem__(done, r).expires > now)
+        assert len(store) == live_claims + live_done
+        assert not any(e.expires <= now for e in claims.entries.values())  # len() expired them
