@@ -4,8 +4,8 @@ mcp 1.x dispatches through `Server.request_handlers` (a dict keyed by request ty
 through a middleware chain (`Server.middleware`) that sees raw params before any validation. The
 installed line is detected by what it ships (`mcp_types` exists only on 2.x), not by parsing
 version strings, and the server object is checked for the hook that line's adapter needs. A
-standalone FastMCP 4.x server (`fastmcp`, built on mcp 2.x) gets its own adapter, which reuses
-the mcp2 middleware and finds tools the way FastMCP does.
+standalone FastMCP 4.x server (`fastmcp`, built on mcp 2.x) gets the mcp2 middleware with the
+fastmcp module's tool lookup; this router composes them, so no adapter imports another.
 """
 
 from __future__ import annotations
@@ -45,11 +45,24 @@ def adapt(
     lowlevel = getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", None)
     target = lowlevel if lowlevel is not None else server
     if SDK2 and _is_fastmcp(server):
-        from .fastmcp import adapt as adapt_fastmcp
+        # The mcp2 middleware with FastMCP's tool lookup: composed here, so that neither
+        # adapter imports the other.
+        from . import fastmcp, mcp2
 
-        return adapt_fastmcp(
-            server, target, engine, declare_field=declare_field, tool_metadata=tool_metadata
+        tools = fastmcp.FastMCPTools(server)
+        installation = mcp2.adapt(
+            server,
+            target,
+            engine,
+            declare_field=declare_field,
+            tool_metadata=tool_metadata,
+            lookup=tools,
+            issuer=fastmcp.issuer(server),
+            kind="fastmcp",
+            list_tools=tools.listing,
         )
+        fastmcp.finish(target)
+        return installation
     if SDK2:
         if isinstance(getattr(target, "middleware", None), list):
             from .mcp2 import adapt as adapt2

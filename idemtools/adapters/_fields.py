@@ -19,7 +19,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic.fields import FieldInfo
 
-__all__ = ["FIELD", "WIRE_NAME", "InvalidKey", "declare", "read_key"]
+__all__ = ["FIELD", "WIRE_NAME", "InvalidKey", "advertise", "declare", "read_key"]
 
 FIELD = "idempotency_key"
 WIRE_NAME = "idempotencyKey"
@@ -66,3 +66,15 @@ def read_key(params: Any) -> object:
     if isinstance(key, InvalidKey):
         return key.raw
     return key
+
+
+def advertise(result: Any) -> Any:
+    """`capabilities.tools.idempotency` on a serialized `initialize` / `server/discover` result.
+
+    On the wire form, because the SDKs' typed capability models drop keys they do not know.
+    """
+    if isinstance(result, dict):
+        caps = result.get("capabilities")
+        if isinstance(caps, dict) and isinstance(caps.get("tools"), dict):
+            caps["tools"] = {**caps["tools"], "idempotency": {}}
+    return result

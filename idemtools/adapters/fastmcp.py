@@ -2,8 +2,10 @@
 
 A FastMCP 4 server is an mcp 2.x low-level `Server` underneath (`server._mcp_server`), so the
 deduplication itself is the mcp2 adapter's middleware, at the same place: in the SDK middleware
-chain, where the raw params (and the key) are still there. What FastMCP changes, and this
-module handles:
+chain, where the raw params (and the key) are still there. This module imports no other
+adapter: it gives the mcp2 middleware a tool lookup (`FastMCPTools`) and the issuer, and the
+router (`adapters.adapt`) puts the two together. What FastMCP changes, and this module
+handles:
 
 - FastMCP's root middleware rebuilds `initialize` and `server/discover` results as typed
   models, which drop `capabilities.tools.idempotency`. An outermost SDK middleware adds it
@@ -37,13 +39,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..engine import Engine
-from ..installation import Installation
 from ..policy import Policy, policy_of
 from ..scopes import declared_local_transport, local_transport
-from . import _fields, mcp2
+from . import _fields
 
-__all__ = ["FastMCPIdempotencyMiddleware", "adapt", "tool_policy"]
+__all__ = ["FastMCPTools", "finish", "issuer", "tool_policy"]
 
 log = logging.getLogger("idemtools")
 
@@ -93,18 +93,16 @@ def _issuer(server: Any) -> str | None:
     return None
 
 
-class FastMCPIdempotencyMiddleware(mcp2.IdempotencyMiddleware):
-    """The mcp2 middleware, finding tools and policies the way FastMCP does."""
+class FastMCPTools:
+    """The mcp2 middleware's tool lookup (`mcp2.ToolLookup`), the way FastMCP finds tools."""
 
     passes_unknown = True
+    """A tool the caller cannot see goes to FastMCP untouched: nothing claimed or replayed."""
 
-    def __init__(
-        self, fastmcp: Any, lowlevel: Any, engine: Engine, *, tool_metadata: bool = False
-    ) -> None:
-        super().__init__(lowlevel, engine, None, _issuer(fastmcp), tool_metadata=tool_metadata)
+    def __init__(self, fastmcp: Any) -> None:
         self.fastmcp = fastmcp
 
-    async def find(self, ctx: Any, name: str) -> tuple[bool, Policy | None]:
+    async def find(self, name: str) -> tuple[bool, Policy | None]:
         try:
             tool = await self.fastmcp.get_tool(name)
         except Exception:
@@ -115,42 +113,49 @@ class FastMCPIdempotencyMiddleware(mcp2.IdempotencyMiddleware):
             return False, None
         return True, await tool_policy(tool)
 
-    async def unknown(self, ctx: Any, name: str, known_before: bool) -> bool:
+    async def unknown(self, name: str, known_before: bool) -> bool:
         # Seen before the call (else it bypassed the engine); gone now: removed while it ran.
         try:
             return await self.fastmcp.get_tool(name) is None
         except Exception:
             return False
 
-    async def __call__(self, ctx: Any, call_next: Any) -> Any:
-        params = ctx.params
-        if (
-            ctx.method == "tools/call"
-            and isinstance(params, Mapping)
-            and params.get(_fields.WIRE_NAME) is not None
-        ):
-            token = _KEYED_CALL.set(True)
-            try:
-                return await super().__call__(ctx, call_next)
-            finally:
-                _KEYED_CALL.reset(token)
-        return await super().__call__(ctx, call_next)
+    async def listing(self) -> list[tuple[str, Policy | None, dict[str, Any] | None]]:
+        """Every tool with its policy and input schema, for `Installation.tools()` (the docs)."""
+        with _all_components_visible():
+            tools = list(await self.fastmcp.list_tools(run_middleware=False))
+        # FastMCP's `parameters` is the tool's input schema: the docs' example arguments.
+        return [
+            (tool.name, await tool_policy(tool), getattr(tool, "parameters", None))
+            for tool in tools
+        ]
 
 
-class _AdvertiseCapability:
-    """Outermost SDK middleware: `capabilities.tools.idempotency` on the result FastMCP built.
+class _Edge:
+    """Outermost SDK middleware, around FastMCP's own chain and the idemtools middleware.
 
-    FastMCP's root middleware (inside this one) re-validates `initialize` and
-    `server/discover` results into typed models that drop the key the inner idemtools
-    middleware added, so it is added again here, on the serialized form.
+    - `capabilities.tools.idempotency` on the result FastMCP built: its root middleware
+      re-validates `initialize` and `server/discover` results into typed models that drop the
+      key the inner idemtools middleware added, so it is added again here, serialized.
+    - Marks a keyed `tools/call` while it runs, so that the response cache steps aside.
     """
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        method = ctx.method
+        if method == "tools/call":
+            params = ctx.params
+            if isinstance(params, Mapping) and params.get(_fields.WIRE_NAME) is not None:
+                token = _KEYED_CALL.set(True)
+                try:
+                    return await call_next(ctx)
+                finally:
+                    _KEYED_CALL.reset(token)
+            return await call_next(ctx)
         result = await call_next(ctx)
-        if ctx.method in ("initialize", "server/discover") and ctx.request_id is not None:
+        if method in ("initialize", "server/discover") and ctx.request_id is not None:
             if isinstance(result, BaseModel):
                 result = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-            return mcp2._advertise(result)
+            return _fields.advertise(result)
         return result
 
 
@@ -210,30 +215,13 @@ def _all_components_visible() -> Iterator[None]:
         reset_transport(token)
 
 
-def adapt(
-    server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool, tool_metadata: bool = False
-) -> Installation:
-    middleware = FastMCPIdempotencyMiddleware(server, lowlevel, engine, tool_metadata=tool_metadata)
+def issuer(server: Any) -> str | None:
+    """The issuer `by_auth_subject` falls back on when a token carries no `iss`."""
+    return _issuer(server)
 
-    async def list_tools() -> list[tuple[str, Policy | None, dict[str, Any] | None]]:
-        with _all_components_visible():
-            tools = list(await server.list_tools(run_middleware=False))
-        # FastMCP's `parameters` is the tool's input schema: the docs' example arguments.
-        return [
-            (tool.name, await tool_policy(tool), getattr(tool, "parameters", None))
-            for tool in tools
-        ]
 
-    installation = mcp2.adapt(
-        server,
-        lowlevel,
-        engine,
-        declare_field=declare_field,
-        middleware=middleware,
-        kind="fastmcp",
-        list_tools=list_tools,
-    )
-    lowlevel.middleware.insert(0, _AdvertiseCapability())
+def finish(lowlevel: Any) -> None:
+    """After the mcp2 adapter hooked `lowlevel`: what FastMCP needs besides."""
+    lowlevel.middleware.insert(0, _Edge())
     _mark_memory_transport(lowlevel)
     _bypass_response_cache()
-    return installation

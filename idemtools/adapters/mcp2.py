@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.lowlevel
@@ -46,7 +46,7 @@ from ..scopes import (
 from . import _fields
 from ._auth import auth_info, configured_issuer
 
-__all__ = ["IdempotencyMiddleware", "adapt", "declare_key_field"]
+__all__ = ["IdempotencyMiddleware", "ToolLookup", "adapt", "declare_key_field"]
 
 log = logging.getLogger("idemtools")
 
@@ -200,6 +200,19 @@ def _keep_innermost(lowlevel: Any, ours: Any) -> bool:
     return not was_last
 
 
+class ToolLookup(Protocol):
+    """How a framework built on this SDK line (the standalone FastMCP) finds its tools: the
+    middleware asks it instead of the SDK's tool manager. The router in `adapters/__init__`
+    passes one in, so framework adapters and this one never import each other."""
+
+    passes_unknown: bool
+    """True: a keyed call for a tool `find` does not know goes to the framework untouched."""
+
+    async def find(self, name: str) -> tuple[bool, Policy | None]: ...
+
+    async def unknown(self, name: str, known_before: bool) -> bool: ...
+
+
 class IdempotencyMiddleware:
     """The server middleware that puts the SEP-3182 engine in front of `tools/call`."""
 
@@ -211,12 +224,16 @@ class IdempotencyMiddleware:
         issuer: str | None = None,
         *,
         tool_metadata: bool = False,
+        lookup: ToolLookup | None = None,
     ) -> None:
         self.lowlevel = lowlevel
         self.engine = engine
         self.tool_manager = tool_manager
         self.issuer = issuer
         self.tool_metadata = tool_metadata
+        self.lookup = lookup
+        self.passes_unknown = lookup.passes_unknown if lookup is not None else False
+        """When True, a keyed call for a tool `find` does not know bypasses the engine."""
 
     async def with_metadata(self, ctx: Any, result: Any) -> Any:
         """Publish each listed tool's policy under `_meta[TOOL_META_KEY]` (opt-in)."""
@@ -240,14 +257,14 @@ class IdempotencyMiddleware:
             listed.append(tool)
         return {**result, "tools": listed}
 
-    passes_unknown = False
-    """When True, a keyed call for a tool `find` does not know bypasses the engine (FastMCP)."""
-
     async def find(self, ctx: Any, name: str) -> tuple[bool, Policy | None]:
         """Whether the server has tool `name` (as far as a lookup can tell) and its own policy.
 
-        MCPServer: its tool manager. Low-level server: unknown here (its handler decides).
+        A framework's `lookup` if there is one. MCPServer: its tool manager. Low-level server:
+        unknown here (its handler decides).
         """
+        if self.lookup is not None:
+            return await self.lookup.find(name)
         tool = self.tool_manager.get_tool(name) if self.tool_manager is not None else None
         if tool is None:
             return False, None
@@ -262,6 +279,8 @@ class IdempotencyMiddleware:
         handler is the server's code; a tool it lists may have run before failing). Any doubt
         (no listing, a listing that fails) counts as known: the answer is recorded.
         """
+        if self.lookup is not None:
+            return await self.lookup.unknown(name, known_before)
         if self.tool_manager is not None:
             return not known_before and self.tool_manager.get_tool(name) is None
         entry = self.lowlevel.get_request_handler("tools/list")
@@ -286,7 +305,7 @@ class IdempotencyMiddleware:
         method = ctx.method
         if method != "tools/call":
             if method in ("initialize", "server/discover") and ctx.request_id is not None:
-                return _advertise(await call_next(ctx))
+                return _fields.advertise(await call_next(ctx))
             if method == "tools/list" and self.tool_metadata:
                 return await self.with_metadata(ctx, await call_next(ctx))
             return await call_next(ctx)
@@ -409,14 +428,6 @@ async def _serve_local(kind: LocalTransport, stream: Any, coro: Any) -> Any:
             del _LOCAL_STREAMS[id(stream)]
 
 
-def _advertise(result: Any) -> Any:
-    if isinstance(result, dict):
-        caps = result.get("capabilities")
-        if isinstance(caps, dict) and isinstance(caps.get("tools"), dict):
-            caps["tools"] = {**caps["tools"], "idempotency": {}}
-    return result
-
-
 def _envelope(result: dict[str, Any], version: str, lowlevel: Any) -> dict[str, Any]:
     """Fit a recorded wire result to the era of the request replaying it.
 
@@ -449,23 +460,28 @@ def adapt(
     *,
     declare_field: bool,
     tool_metadata: bool = False,
-    middleware: IdempotencyMiddleware | None = None,
+    lookup: ToolLookup | None = None,
+    issuer: str | None = None,
     kind: str | None = None,
     list_tools: Callable[[], Awaitable[list[tuple[str, Policy | None, dict[str, Any] | None]]]]
     | None = None,
 ) -> Installation:
-    """Hook `lowlevel`; `middleware`, `kind` and `list_tools` let a framework adapter
-    built on this SDK line (FastMCP) bring its own tool lookup."""
+    """Hook `lowlevel`; `lookup`, `issuer`, `kind` and `list_tools` let a framework built on
+    this SDK line (FastMCP) bring its own tools and auth (see `ToolLookup`)."""
     if any(isinstance(m, IdempotencyMiddleware) for m in lowlevel.middleware):
         raise InstallError("idemtools is already installed on this server")
     if declare_field:
         declare_key_field()
         _self_test()
     tool_manager = getattr(server, "_tool_manager", None)
-    if middleware is None:
-        middleware = IdempotencyMiddleware(
-            lowlevel, engine, tool_manager, configured_issuer(server), tool_metadata=tool_metadata
-        )
+    middleware = IdempotencyMiddleware(
+        lowlevel,
+        engine,
+        tool_manager,
+        issuer if issuer is not None else configured_issuer(server),
+        tool_metadata=tool_metadata,
+        lookup=lookup,
+    )
     _mark_local_entry_points(server, lowlevel)
     lowlevel.middleware = _InnermostList([*lowlevel.middleware, middleware], middleware)
     original_caps = lowlevel.get_capabilities
