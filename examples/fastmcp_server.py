@@ -1,6 +1,6 @@
 """A payments server on the standalone FastMCP framework (`fastmcp` 4.x), made safe to retry.
 
-    pip install 'idemtools[fastmcp]'
+    pip install -e ".[fastmcp]"    # from a checkout of idemtools
     python examples/fastmcp_server.py                   # stdio (what MCP hosts launch)
     python examples/fastmcp_server.py --http 8765       # streamable HTTP on 127.0.0.1
 

@@ -151,7 +151,7 @@ def redis_answers(url: str) -> str | None:
     try:
         import redis
     except ImportError:
-        return "the redis package is missing: pip install 'idemtools[redis]'"
+        return "the redis package is missing: pip install -e '.[redis]' (from the checkout)"
     client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
     try:
         client.ping()

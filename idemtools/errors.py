@@ -16,8 +16,10 @@
     ├── InstallError                      install() could not make a server safe
     └── IdempotencyNotSupportedError      client side: the server does not advertise the capability
 
-Every error exposes plain attributes (`message`, `key`, `data`, `retry_after_ms`), so printing
-one or reading it in a debugger shows values, never bound methods.
+Errors expose plain attributes, so printing one or reading it in a debugger shows values, never
+bound methods: every `RefusedError` has `type`, `message`, `key` and `data` (the `error.data`
+a client receives), `InProgressError` also `retry_after_ms`; `IdempotencyNotSupportedError`
+has `message` and `tool`.
 
 Clients are meant to read `error.data.type`; the JSON-RPC codes are configurable
 (`ErrorCodes`) because the SEP defines none. Store implementations raise `StoreFullError`,

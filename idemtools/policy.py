@@ -125,6 +125,7 @@ class Policy:
         # computes an expiry from it; a timedelta given directly is accepted and stored as seconds.
         object.__setattr__(self, "retention", _seconds(self.retention, "retention"))
         object.__setattr__(self, "lease", _seconds(self.lease, "lease"))
+        object.__setattr__(self, "scope", _as_scope(self.scope))
 
     def with_name(self, name: str) -> Policy:
         return replace(self, name=name)

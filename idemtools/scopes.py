@@ -225,6 +225,14 @@ def scope(description: str) -> Callable[[ScopeFn], Scope]:
 def _as_scope(value: Scope | ScopeFn) -> Scope:
     if isinstance(value, Scope):
         return value
+    if not callable(value):
+        # Refused where it is written: found only when a keyed call first computes its scope,
+        # every such call would be refused in production.
+        raise TypeError(
+            f"scope must be a Scope (idemtools.by_auth_subject, by_client_id, per_session, "
+            f"shared, local_user) or a function (CallContext) -> str, got {value!r} "
+            f"({type(value).__name__}); e.g. scope=idemtools.shared, not scope='shared'"
+        )
     return Scope(value, getattr(value, "__name__", "custom scope"))
 
 

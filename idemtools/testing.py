@@ -58,9 +58,17 @@ async def connect(server: Any) -> AsyncIterator[Any]:
     """A client session connected in-process to `server`, on the installed mcp line.
 
     mcp 1.x: a `ClientSession` (FastMCP or the low-level `Server`); mcp 2.x: a `Client`
-    (MCPServer or the low-level `Server`) in the 2025-11-25 era, the one every client speaks.
+    (MCPServer or the low-level `Server`) in the 2025-11-25 era, the one every client speaks;
+    a standalone FastMCP 4.x server: a `fastmcp.Client` over its in-memory transport.
     """
-    if SDK2:
+    if SDK2 and type(server).__module__.startswith("fastmcp."):
+        # A standalone FastMCP server: its own in-memory client (the SDK's `Client` does not
+        # take one).
+        from fastmcp import Client as FastMCPClient
+
+        async with FastMCPClient(server) as fastmcp_client:
+            yield fastmcp_client
+    elif SDK2:
         from mcp.client import Client
 
         async with Client(server, mode="legacy") as client:
@@ -95,7 +103,8 @@ async def assert_protected(
     """Fail unless a keyed retry of `tool` on `server` is replayed rather than run again.
 
     Args:
-        server: the server object you serve (FastMCP / MCPServer / low-level `Server`).
+        server: the server object you serve (mcp 1.x FastMCP, MCPServer, the low-level
+            `Server`, or a standalone FastMCP 4.x server).
         tool: a tool it lists; it runs once, with `arguments`.
         key: the idempotency key to use (default: a fresh one).
 

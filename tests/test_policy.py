@@ -434,3 +434,11 @@ def test_positive_durations_become_seconds(value: float | timedelta) -> None:
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
     assert Policy.of(retention=value).retention == seconds
     assert Policy(retention=value).retention == seconds  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("scope", ["shared", "by_auth_subject", 42, None])
+def test_a_scope_that_is_not_a_strategy_is_refused_where_it_is_written(scope: object) -> None:
+    with pytest.raises(TypeError, match=r"scope must be a Scope .* e\.g\. scope=idemtools\.shared"):
+        idempotent(scope=scope)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="scope must be a Scope"):
+        Policy(scope=scope)  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ def require_extra(extra: str, feature: str) -> Iterator[None]:
         missing = exc.name or "its driver"
         raise ModuleNotFoundError(
             f"idemtools' {feature} needs the {missing!r} package, which is an optional extra: "
-            f"pip install 'idemtools[{extra}]'",
+            f"pip install 'idemtools[{extra}]' (from a checkout, until a release is on the "
+            f"package index: pip install -e '/path/to/idemtools[{extra}]')",
             name=exc.name,
         ) from exc
