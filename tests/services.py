@@ -317,8 +317,10 @@ def private_redis(*args: str):  # type: ignore[no-untyped-def]
     Never the shared Redis: tests that need a small `maxmemory` or another eviction policy
     configure their own server, stopped (and gone with its data) at the end.
     """
+    import shutil
     import socket
     import subprocess
+    import tempfile
     import time
 
     import redis
@@ -327,7 +329,11 @@ def private_redis(*args: str):  # type: ignore[no-untyped-def]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
+    # Its own directory: a replica's full sync (or a SHUTDOWN) writes dump.rdb even with no
+    # `save` points, and must not leave it in the checkout.
+    directory = tempfile.mkdtemp(prefix="idemtools-redis-")
+    command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", directory]
+    command += ["--save", "", "--appendonly"]
     proc = subprocess.Popen(
         [*command, "no", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -352,6 +358,7 @@ def private_redis(*args: str):  # type: ignore[no-untyped-def]
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @contextlib.contextmanager
