@@ -549,7 +549,7 @@ class Engine:
         while True:
             attempts += 1
             try:
-                return await self.telemetry.timed(
+                done = await self.telemetry.timed(
                     "complete",
                     self.store.complete(
                         ex.scope,
@@ -560,6 +560,11 @@ class Engine:
                         fingerprint=ex.fingerprint,
                     ),
                 )
+                if done or attempts == 1:
+                    return done
+                # An earlier attempt failed after it had landed (the answer was lost): the
+                # record is then ours, completed, and a store answers a second `complete` no.
+                return await self._recorded_by(ex)
             except Exception as exc:
                 refused = isinstance(exc, RefusedError)
                 if refused and not isinstance(exc, StoreUnavailableError):
@@ -579,6 +584,14 @@ class Engine:
                 )
             await anyio.sleep(pause)
             pause = min(pause * 2, 1.0)
+
+    async def _recorded_by(self, ex: _Execution) -> bool:
+        """Whether the key's record is completed by this very execution (its owner token)."""
+        try:
+            record = await self.store.get(ex.scope, ex.key)
+        except Exception:
+            return False
+        return record is not None and record.status is Status.COMPLETED and record.owner == ex.owner
 
     # -- shutdown -------------------------------------------------------------------------------
 
