@@ -57,6 +57,7 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -329,6 +330,7 @@ class RedisStore:
         self._policy_ok = False
         self._policy_checked_at: float | None = None
         self._policy_refusal: str | None = None
+        self._policy_lock: asyncio.Lock | None = None
         self._prefix_bytes = prefix.encode("utf-8", "surrogatepass")
         # Only a Cluster needs a scope's records and its quota set in one slot (hash tag).
         self._tagged = max_records_per_scope is not None and is_cluster
@@ -392,7 +394,12 @@ class RedisStore:
             kwargs.pop("health_check_interval")  # a Cluster checks nodes itself
             client = cluster.cluster_from_url(url, **kwargs)
         else:
-            client = Redis.from_url(url, **kwargs)
+            # A blocking pool: past `max_connections` (default 100) concurrent commands, a
+            # command waits up to `timeout` for a connection instead of failing at once
+            # (redis-py's default pool raises MaxConnectionsError: a refused keyed call).
+            kwargs.setdefault("max_connections", 100)
+            pool = BlockingConnectionPool.from_url(url, timeout=timeout, **kwargs)
+            client = Redis.from_pool(pool)  # the client owns the pool: aclose() closes both
         return cls(
             client,
             prefix=prefix,
@@ -488,6 +495,15 @@ class RedisStore:
         `_POLICY_RECHECK` seconds. Connection errors propagate (the store is then unavailable,
         and the policy is read on the next operation).
         """
+        # One check at a time: a cold start under load (hundreds of keyed calls at once) must
+        # not send hundreds of INFO commands, each on a connection of its own.
+        if self._policy_lock is None:
+            self._policy_lock = asyncio.Lock()
+        async with self._policy_lock:
+            if not self._policy_ok:
+                await self._check_policy_now(key)
+
+    async def _check_policy_now(self, key: str) -> None:
         now = time.monotonic()
         if (
             self._policy_refusal is not None

@@ -421,3 +421,24 @@ def test_cluster_records_share_their_quota_sets_slot() -> None:
         assert slots == {key_slot(quota.quota_name(scope))}
     assert b"{" not in plain.key_name("a", "k1")  # no quota: records spread over the slots
     assert key_slot(quota.key_name("a", "k")) != key_slot(quota.key_name("b", "k"))
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("coalesce", [True, False])
+async def test_a_cold_store_takes_a_burst_past_its_pool_without_refusing(coalesce: bool) -> None:
+    """400 keyed calls at once on a store that has not reached Redis yet: one eviction-policy
+    check (not 400 INFO commands), and commands past the pool's 100 connections wait for one
+    instead of failing with MaxConnectionsError (a refused keyed call)."""
+    prefix = f"idemtools-test:{RUN_ID}:burst:{uuid.uuid4().hex[:6]}:"
+    store = RedisStore.from_url(need_redis(), prefix=prefix, coalesce=coalesce)
+    try:
+
+        async def first_execution(i: int) -> bool:
+            assert (await store.claim("s", f"k{i}", "fp", "o", 30)).claimed
+            return await store.complete("s", f"k{i}", "o", b'"paid"', 60, fingerprint="fp")
+
+        done = await asyncio.gather(*(first_execution(i) for i in range(400)))
+        assert all(done)
+        assert store.client.connection_pool.max_connections == 100
+    finally:
+        await store.aclose()
