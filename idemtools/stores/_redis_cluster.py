@@ -78,15 +78,26 @@ def is_cluster(client: object) -> bool:
 def cluster_from_url(url: str, **kwargs: Any) -> RedisCluster:
     """A `RedisCluster` for `redis+cluster://host:port` (or `rediss+cluster://`, TLS).
 
-    The host:port is any one node; the client discovers the others (CLUSTER SLOTS).
+    The host:port is any one node; the client discovers the others (CLUSTER SLOTS). Several
+    may be listed, `redis+cluster://h1:6379,h2:6379,h3:6379/0`: a client starting while one
+    of them is down (the node a failover just replaced) starts from the next.
     """
-    from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
 
     scheme, _, rest = url.partition("://")
-    plain = ("rediss" if scheme.lower().startswith("rediss") else "redis") + "://" + rest
+    plain = ("rediss" if scheme.lower().startswith("rediss") else "redis") + "://"
+    netloc, slash, tail = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    first, *others = hosts.split(",")
+    if others:
+        nodes = []
+        for host in others:
+            name, _, port = host.rpartition(":") if ":" in host else (host, "", "6379")
+            nodes.append(ClusterNode(name or "127.0.0.1", int(port or 6379)))
+        kwargs["startup_nodes"] = [*kwargs.get("startup_nodes", []), *nodes]
     kwargs.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
     kwargs.setdefault("reinitialize_steps", 0)  # see the module docstring: slots in motion
-    return RedisCluster.from_url(plain, **kwargs)
+    return RedisCluster.from_url(plain + userinfo + at + first + slash + tail, **kwargs)
 
 
 def driver_fault(exc: BaseException) -> bool:

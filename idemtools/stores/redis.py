@@ -594,6 +594,8 @@ class RedisStore:
             raise StoreUnavailableError(f"Redis refused the operation: {exc}", key=key) from exc
         except (redis_errors.RedisError, *_CONNECTION_ERRORS) as exc:
             raise StoreUnavailableError(f"Redis is unavailable: {exc!r}", key=key) from exc
+        except redis_errors.RedisClusterException as exc:  # not a RedisError: no node reachable
+            raise StoreUnavailableError(f"Redis Cluster is unavailable: {exc!r}", key=key) from exc
         except (AttributeError, TypeError) as exc:
             if not cluster.driver_fault(exc):
                 raise

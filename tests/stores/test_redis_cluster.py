@@ -91,6 +91,34 @@ def test_cluster_url_forms(redis_cluster: LocalCluster) -> None:
         from_url(f"{redis_cluster.url}?wait_replicas=-1")
 
 
+async def test_a_cluster_url_may_list_several_nodes_and_starts_past_a_dead_one(
+    redis_cluster: LocalCluster,
+) -> None:
+    """`redis+cluster://dead,live`: a client starting while the first node is down (the one a
+    failover replaced) starts from the next one listed."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    live = redis_cluster.live_url.split("://", 1)[1]
+    store = RedisStore.from_url(f"redis+cluster://127.0.0.1:{dead},{live}", prefix=_prefix())
+    try:
+        assert (await store.claim("s", "k", "fp", "o", 30)).claimed
+        assert await store.complete("s", "k", "o", b'"ok"', 60, fingerprint="fp")
+        record = await store.get("s", "k")
+        assert record is not None and record.outcome == b'"ok"'
+    finally:
+        await store.aclose()
+    # One node only, and it is down: the store cannot start (and says so, as unavailable).
+    alone = RedisStore.from_url(f"redis+cluster://127.0.0.1:{dead}/0", prefix=_prefix())
+    try:
+        with pytest.raises(StoreUnavailableError):
+            await alone.claim("s", "k", "fp", "o", 30)
+    finally:
+        await alone.aclose()
+
+
 # -- under load ------------------------------------------------------------------------------------
 
 
