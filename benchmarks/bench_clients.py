@@ -36,17 +36,15 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from _redis_server import private_redis
 
 from idemtools.stores import redis as redis_store
 
@@ -61,35 +59,6 @@ Call = Callable[[str], Awaitable[Any]]  # one EVALSHA of the claim script on a k
 
 
 # -- private redis-server -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def private_redis() -> Iterator[int]:
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", tmp],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            client = redis.Redis(port=port)
-            for _ in range(100):
-                with contextlib.suppress(redis.ConnectionError):
-                    client.ping()
-                    break
-                time.sleep(0.05)
-            client.close()
-            yield port
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
 
 
 # -- the clients: each an async context manager yielding `call(key)` ----------------------------

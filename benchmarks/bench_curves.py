@@ -30,13 +30,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import gc
 import os
 import re
 import shutil
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -44,7 +42,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +52,7 @@ import anyio.to_thread
 import psycopg
 import redis
 import redis.asyncio
+from _redis_server import private_redis
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -83,54 +82,6 @@ STORE_COLORS = {
     "RedisStore": "tab:red",
     "PostgresStore": "tab:blue",
 }
-
-
-# -- a private redis-server -----------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextlib.contextmanager
-def private_redis(directory: Path) -> Iterator[str]:
-    """A redis-server of our own (no persistence), stopped on exit: the shared one on 6379 is
-    never loaded with a million records nor with 256 benchmark connections."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed; this benchmark starts a private one")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            *(binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(directory)),
-            *("--save", "", "--appendonly", "no", "--maxclients", "2000"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        client = redis.Redis(port=port, socket_connect_timeout=0.2)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("private redis-server did not start") from None
-                time.sleep(0.05)
-        client.close()
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 # -- raw equivalents: the same round trips without idemtools ------------------------------------
@@ -834,7 +785,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         try:
-            with private_redis(tmp) as redis_url:
+            with private_redis("--maxclients", "2000") as redis_port:
+                redis_url = f"redis://127.0.0.1:{redis_port}/0"
                 rows = asyncio.run(records_curves(sizes, samples, redis_url, tmp))
                 gc.collect()
                 panels = asyncio.run(concurrency_curves(levels, seconds, redis_url, tmp))

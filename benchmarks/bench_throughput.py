@@ -30,25 +30,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 import redis.asyncio
+from _redis_server import private_redis
 from redis._parsers import _AsyncHiredisParser, _AsyncRESP2Parser, _HiredisParser, _RESP2Parser
 from redis.utils import HIREDIS_AVAILABLE
 
@@ -99,38 +97,6 @@ class Clock:
     def rates(self, calls: int) -> tuple[float, float | None]:
         wall, cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
         return calls / wall, (calls / cpu if cpu > 0 else None)
-
-
-# -- private redis-server -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def private_redis() -> Iterator[int]:
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", tmp, "--maxmemory-policy", "noeviction"],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            client = redis.Redis(port=port)
-            for _ in range(100):
-                with contextlib.suppress(redis.ConnectionError):
-                    client.ping()
-                    break
-                time.sleep(0.05)
-            client.close()
-            yield port
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
 
 
 # -- the async rows -------------------------------------------------------------------------------
@@ -335,7 +301,10 @@ def main() -> None:
         parsers.append(("hiredis", _AsyncHiredisParser, _HiredisParser))
     samples = Samples()
     started = time.perf_counter()
-    with private_redis() as port, ThreadPoolExecutor(max(CONCURRENCY)) as pool:
+    with (
+        private_redis("--maxmemory-policy", "noeviction") as port,
+        ThreadPoolExecutor(max(CONCURRENCY)) as pool,
+    ):
         url = f"redis://127.0.0.1:{port}/0"
         loop = asyncio.new_event_loop()
         rows = [AsyncRows(url, async_parser, tag) for tag, async_parser, _ in parsers]
