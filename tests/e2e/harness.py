@@ -257,14 +257,21 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def serve_http(app: App, *, stateless: bool) -> Iterator[str]:
     """Run the app's streamable HTTP endpoint with uvicorn on 127.0.0.1; yield its URL."""
-    import uvicorn
-
     if LINE == 2:
         asgi = app.server.streamable_http_app(stateless_http=stateless, json_response=stateless)
     else:
         asgi = app.server.streamable_http_app()
+    with serve_asgi(asgi, "/mcp") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serve_asgi(asgi: Any, path: str, lifespan: str = "on") -> Iterator[str]:
+    """Any ASGI app under uvicorn on a free 127.0.0.1 port, in a thread; yields base URL + path."""
+    import uvicorn
+
     port = _free_port()
-    config = uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="error", lifespan="on")
+    config = uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="error", lifespan=lifespan)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -274,7 +281,7 @@ def serve_http(app: App, *, stateless: bool) -> Iterator[str]:
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}{path}"
     finally:
         server.should_exit = True
         thread.join(10)

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import threading
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +36,7 @@ from .harness import (
     error_type,
     http_wire,
     result_text,
+    serve_asgi,
 )
 
 MODES = [(stateless, era) for stateless in (False, True) for era in ERAS]
@@ -162,40 +160,12 @@ def build(
     return app
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextlib.contextmanager
-def serve(asgi: Any, path: str, lifespan: str = "on") -> Iterator[str]:
-    import uvicorn
-
-    port = _free_port()
-    config = uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="error", lifespan=lifespan)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}{path}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-
-
 def serve_streamable(app: Leaky, stateless: bool) -> contextlib.AbstractContextManager[str]:
     if LINE == 2:
         asgi = app.server.streamable_http_app(stateless_http=stateless, json_response=stateless)
     else:
         asgi = app.server.streamable_http_app()
-    return serve(asgi, "/mcp")
+    return serve_asgi(asgi, "/mcp")
 
 
 def keyed(name: str, key: str, **arguments: Any) -> dict[str, Any]:
@@ -331,7 +301,7 @@ def _text(result: Any) -> str:
 async def test_forged_session_header_on_sse() -> None:
     app = build()
     asgi = app.server.sse_app()
-    with serve(asgi, "/sse") as url:
+    with serve_asgi(asgi, "/sse") as url:
         forged = {"Mcp-Session-Id": "chosen-by-the-client"}
         async with sse_session(url, forged) as alice, sse_session(url, forged) as mallory:
             a1 = await call_tool(alice, "note", {"text": "a"}, idempotency_key="k", retry=NO_RETRY)
@@ -373,7 +343,7 @@ async def test_websocket_clients_never_share_the_local_users_scope() -> None:
             await session.initialize()
             yield session
 
-    with serve(asgi, "/ws", lifespan="off") as url:
+    with serve_asgi(asgi, "/ws", lifespan="off") as url:
         url = url.replace("http://", "ws://")
         async with ws(url) as alice, ws(url) as mallory:
             refused = []

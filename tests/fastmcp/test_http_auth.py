@@ -8,13 +8,9 @@ from tests.fastmcp import require_fastmcp
 require_fastmcp()
 
 import contextlib  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
 from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
-import uvicorn  # noqa: E402
 from fastmcp.server.auth import require_scopes  # noqa: E402
 from fastmcp.server.auth.providers.jwt import (  # noqa: E402
     JWTVerifier,
@@ -26,35 +22,20 @@ from idemtools import idempotent  # noqa: E402
 from tests.e2e.harness import (  # noqa: E402
     LEGACY,
     MODERN,
-    _free_port,
     error_type,
     http_wire,
     result_text,
+    serve_asgi,
 )
 from tests.fastmcp.app import App, make_app  # noqa: E402
 
 SHAPES = [(False, LEGACY), (True, LEGACY), (True, MODERN)]  # (stateless, era)
 
 
-@contextlib.contextmanager
-def serve(app: App, *, stateless: bool) -> Iterator[str]:
+def serve(app: App, *, stateless: bool) -> contextlib.AbstractContextManager[str]:
     """FastMCP's `http_app()` under uvicorn on a free port; yields the endpoint URL."""
     asgi = app.server.http_app(path="/mcp", stateless_http=stateless, json_response=stateless)
-    port = _free_port()
-    config = uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="error", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    return serve_asgi(asgi, "/mcp")
 
 
 def charge(key: str, amount: int = 7) -> dict[str, Any]:
