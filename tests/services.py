@@ -586,3 +586,37 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+# -- leaving the shared services as we found them ----------------------------------------------
+
+
+def delete_redis_keys(prefix: str) -> None:
+    """Delete every key under `prefix` on the shared Redis (a test module's records); quiet
+    if Redis is gone."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(redis_url(), socket_connect_timeout=2)
+        for name in client.scan_iter(match=f"{prefix}*", count=1000):
+            client.delete(name)
+        client.close()
+    except redis.RedisError:
+        pass
+
+
+def drop_postgres_tables(prefix: str) -> None:
+    """Drop every table whose name starts with `prefix` on the shared PostgreSQL; quiet if it
+    is gone."""
+    import psycopg
+    from psycopg import sql
+
+    try:
+        with psycopg.connect(postgres_url(), connect_timeout=2, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE tablename LIKE %s", (prefix + "%",)
+            ).fetchall()
+            for (name,) in rows:
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+    except psycopg.Error:
+        pass

@@ -29,6 +29,7 @@ from idemtools.stores.postgres import PostgresStore, current_connection
 from ..services import (
     RUN_ID,
     crash_worker,
+    drop_postgres_tables,
     need_postgres,
     postgres_url,
     proxy_to,
@@ -51,16 +52,7 @@ def _table() -> str:
 @pytest.fixture(scope="module", autouse=True)
 def _cleanup() -> Iterator[None]:
     yield
-    try:
-        with psycopg.connect(postgres_url(), connect_timeout=2, autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT tablename FROM pg_tables WHERE tablename LIKE %s",
-                (TABLE_PREFIX + "%",),
-            ).fetchall()
-            for (name,) in rows:
-                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
-    except psycopg.Error:
-        pass
+    drop_postgres_tables(TABLE_PREFIX)
 
 
 async def _new_store(table: str | None = None, **kwargs: Any) -> PostgresStore:

@@ -19,7 +19,6 @@ import uuid
 from collections import Counter as Tally
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 from psycopg import sql
 
@@ -28,7 +27,7 @@ from idemtools.errors import StoreUnavailableError
 from idemtools.outcome import Outcome
 from idemtools.stores.postgres import PostgresStore, current_connection
 
-from ..services import RUN_ID, need_postgres, postgres_url
+from ..services import RUN_ID, drop_postgres_tables, need_postgres
 from .test_redis import _call, _type
 
 pytestmark = pytest.mark.services
@@ -44,16 +43,7 @@ HOLD = 1.3  # each transactional tool keeps its connection longer than its lease
 @pytest.fixture(scope="module", autouse=True)
 def _cleanup() -> Iterator[None]:
     yield
-    try:
-        with psycopg.connect(postgres_url(), connect_timeout=2, autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT tablename FROM pg_tables WHERE tablename LIKE %s",
-                (TABLE_PREFIX + "%",),
-            ).fetchall()
-            for (name,) in rows:
-                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
-    except psycopg.Error:
-        pass
+    drop_postgres_tables(TABLE_PREFIX)
 
 
 async def test_transactions_holding_every_connection_lose_no_lease_or_record(

@@ -31,6 +31,7 @@ from idemtools.stores.redis import RedisStore
 from ..services import (
     RUN_ID,
     crash_worker,
+    delete_redis_keys,
     need_redis,
     proxy_to,
     race_worker,
@@ -53,13 +54,7 @@ def _prefix() -> str:
 @pytest.fixture(scope="module", autouse=True)
 def _cleanup() -> Iterator[None]:
     yield
-    try:
-        client = redis.Redis.from_url(redis_url(), socket_connect_timeout=2)
-        for name in client.scan_iter(match=f"{RUN_PREFIX}*", count=1000):
-            client.delete(name)
-        client.close()
-    except redis.RedisError:
-        pass
+    delete_redis_keys(RUN_PREFIX)
 
 
 @pytest.fixture

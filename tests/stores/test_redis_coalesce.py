@@ -29,7 +29,14 @@ from idemtools.stores._coalesce import Coalescer
 from idemtools.stores.base import Status
 from idemtools.stores.redis import RedisStore
 
-from ..services import RUN_ID, need_redis, private_redis, proxy_to, redis_url, with_port
+from ..services import (
+    RUN_ID,
+    delete_redis_keys,
+    need_redis,
+    private_redis,
+    proxy_to,
+    with_port,
+)
 
 pytestmark = pytest.mark.services
 
@@ -44,13 +51,7 @@ def _prefix() -> str:
 @pytest.fixture(scope="module", autouse=True)
 def _cleanup() -> Iterator[None]:
     yield
-    try:
-        client = redis.Redis.from_url(redis_url(), socket_connect_timeout=2)
-        for name in client.scan_iter(match=f"{RUN_PREFIX}*", count=1000):
-            client.delete(name)
-        client.close()
-    except redis.RedisError:
-        pass
+    delete_redis_keys(RUN_PREFIX)
 
 
 # The `redis` extra brings hiredis; redis-py's own parser (no hiredis) must work alike.
