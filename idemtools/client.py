@@ -210,6 +210,8 @@ async def call_tool(
             if error is None:
                 raise
             code, message, data = error
+            # idemtools' refusals are told apart by `data.type` only (codes are configurable);
+            # the SDK's own codes below mean what the SDK means by them.
             refused = error_from_data(message, data)
             if isinstance(refused, InProgressError):
                 last, delay = refused, min(policy.max_delay, refused.retry_after_ms / 1000)
@@ -217,7 +219,7 @@ async def call_tool(
                 last = refused  # the call did not run: safe to try again
             elif refused is not None:  # conflict and the rest: a retry cannot fix them
                 raise refused from exc
-            elif code in _sdk.REQUEST_TIMEOUT_CODES:
+            elif code in _sdk.UNKNOWN_OUTCOME_CODES:
                 last = exc  # the answer was lost, the call may have run: same key again
             elif code in _sdk.CONNECTION_CLOSED_CODES:
                 last, fresh = exc, True

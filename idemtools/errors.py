@@ -60,21 +60,26 @@ INVALID_PARAMS = -32602
 class ErrorCodes:
     """JSON-RPC error codes per `error.data.type`.
 
-    The SEP fixes only `error.data.type`; codes are ours. Defaults sit in the JSON-RPC
-    "server error" range (-32000..-32099) except the two that are plainly invalid params.
+    The SEP fixes only `error.data.type`; the codes are ours, and clients should read the
+    type, not the code. One set for every protocol era. Defaults lie outside -32768..-32000,
+    as the MCP specification (2026-07-28, "Error Codes") asks of application codes: it reserves
+    -32020..-32099 for codes it defines and calls -32000..-32019 legacy. The exception is
+    -32602, JSON-RPC's own "Invalid params", for an invalid key or invalid arguments. Each code
+    keeps the last two digits it had in the earlier -320xx defaults (-32051 became -31051).
     """
 
     idempotency_key_invalid: int = INVALID_PARAMS
     idempotency_arguments_invalid: int = INVALID_PARAMS
-    idempotency_key_in_progress: int = -32051
-    idempotency_key_conflict: int = -32052
-    idempotency_scope_unavailable: int = -32053
-    idempotency_store_full: int = -32054
-    idempotency_store_unavailable: int = -32055
-    idempotency_record_corrupt: int = -32056
-    idempotency_outcome_too_large: int = -32057
-    idempotency_quota_exceeded: int = -32058
-    idempotency_unauthorized: int = -32059
+    idempotency_key_in_progress: int = -31051
+    idempotency_key_conflict: int = -31052
+    idempotency_scope_unavailable: int = -31053
+    idempotency_store_full: int = -31054
+    idempotency_store_unavailable: int = -31055
+    idempotency_record_corrupt: int = -31056
+    idempotency_outcome_too_large: int = -31057
+    idempotency_quota_exceeded: int = -31058
+    idempotency_unauthorized: int = -31059
+    idempotency_outcome_not_kept: int = -31060
 
     def code_for(self, error_type: str) -> int:
         code = getattr(self, error_type, None)

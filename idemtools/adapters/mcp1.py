@@ -338,7 +338,10 @@ def adapt(
 
 # -- client side -------------------------------------------------------------------------------
 
-REQUEST_TIMEOUT_CODES = frozenset({408, -32001})
+# The answer was lost and the call may have run (a timeout; -32800 "Request cancelled", which an
+# mcp 2.x server sends to a 2025-era request while its execution goes on): same key again.
+REQUEST_CANCELLED = -32800
+UNKNOWN_OUTCOME_CODES = frozenset({408, -32001, REQUEST_CANCELLED})
 CONNECTION_CLOSED_CODES = frozenset({types.CONNECTION_CLOSED})
 
 

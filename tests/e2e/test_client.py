@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
+import idemtools
 from idemtools.client import NO_RETRY, RetryPolicy, advertises_idempotency, call_tool, new_key
 from idemtools.errors import ConflictError, InProgressError, KeyInvalidError
 
@@ -160,3 +161,99 @@ async def test_attempts_are_bounded() -> None:
             idempotency_key="k-b",
             retry=RetryPolicy(attempts=3, max_delay=0.01),
         )
+
+
+def _plain_server(answers: list[tuple[int, str, Any] | None]) -> tuple[Any, list[int]]:
+    """A server without idemtools whose tool `op` answers `answers` in turn (None: a result)."""
+    from .harness import _Server
+
+    if LINE == 2:
+        from mcp.shared.exceptions import MCPError as Error
+
+        def error(code: int, message: str, data: Any) -> Exception:
+            return Error(code, message, data)
+    else:
+        from mcp.shared.exceptions import McpError
+        from mcp.types import ErrorData
+
+        def error(code: int, message: str, data: Any) -> Exception:
+            return McpError(ErrorData(code=code, message=message, data=data))
+
+    server = _Server("plain")
+    calls: list[int] = []
+
+    @server.tool()
+    async def op() -> str:
+        calls.append(1)
+        answer = answers[min(len(calls), len(answers)) - 1]
+        if answer is not None:
+            raise error(*answer)
+        return f"done #{len(calls)}"
+
+    return server, calls
+
+
+@contextlib.asynccontextmanager
+async def _plain_session(server: Any) -> AsyncIterator[Any]:
+    if LINE == 2:
+        from mcp.client import Client
+
+        async with Client(server, mode="legacy") as client:
+            yield client
+    else:
+        from mcp.shared.memory import create_connected_server_and_client_session
+
+        async with create_connected_server_and_client_session(server._mcp_server) as s:
+            yield s
+
+
+_FAST = RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.02)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [(-32800, "Request cancelled", None), (-32000, "Connection closed", None)],
+    ids=["request-cancelled", "connection-closed"],
+)
+async def test_sdk_codes_for_a_lost_answer_are_retried_with_the_same_key(answer: Any) -> None:
+    # mcp 2.3 answers an in-flight request with -32800 on cancellation and -32000 at shutdown
+    # while the server's execution goes on: the outcome is unknown, so the same key again.
+    server, calls = _plain_server([answer, None])
+    async with _plain_session(server) as session:
+        result = await call_tool(
+            session, "op", {}, idempotency_key="k-sdk", retry=_FAST, require_capability=False
+        )
+    assert text_of(result) == "done #2" and len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("code", "data"),
+    [
+        (-31052, None),  # idemtools' conflict code, without idemtools' data.type
+        (-32052, {"type": "other"}),  # the old conflict code
+        (-31051, {"type": "not_idempotency_key_in_progress", "retryAfterMs": 1}),
+    ],
+)
+async def test_refusals_are_told_apart_by_data_type_only(code: int, data: Any) -> None:
+    # A tool's own JSON-RPC error is a definite answer whatever its code: raised, not retried,
+    # and never taken for an idemtools refusal.
+    server, calls = _plain_server([(code, "the tool's own error", data)])
+    async with _plain_session(server) as session:
+        with pytest.raises(Exception) as caught:
+            await call_tool(
+                session, "op", {}, idempotency_key="k-own", retry=_FAST, require_capability=False
+            )
+    assert not isinstance(caught.value, idemtools.RefusedError)
+    assert len(calls) == 1
+
+
+async def test_a_refusal_is_recognised_by_data_type_whatever_its_code() -> None:
+    server, calls = _plain_server(
+        [(4242, "conflict", {"type": "idempotency_key_conflict", "idempotencyKey": "k-t"})]
+    )
+    async with _plain_session(server) as session:
+        with pytest.raises(ConflictError):
+            await call_tool(
+                session, "op", {}, idempotency_key="k-t", retry=_FAST, require_capability=False
+            )
+    assert len(calls) == 1

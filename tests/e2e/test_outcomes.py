@@ -111,10 +111,31 @@ async def test_in_progress_refused_at_once(served: Served) -> None:
                 duplicate = await wire.call(params)
             app.gate.set()
         assert error_type(duplicate) == "idempotency_key_in_progress"
+        assert duplicate["error"]["code"] == -31051  # outside -32768..-32000 (MCP 2026-07-28)
         assert 0 < duplicate["error"]["data"]["retryAfterMs"] <= 1000
         after = await wire.call(params)
         assert after["result"] == replies["first"]["result"]
         assert app.count("slow") == 1
+
+
+async def test_refusal_codes_on_the_wire_lie_outside_the_reserved_range(served: Served) -> None:
+    # One set of codes for both eras; -32602 only for what JSON-RPC calls invalid params.
+    async with served() as (app, wire):
+        first = await wire.call(
+            {"name": "charge", "arguments": {"amount": 1}, "idempotencyKey": "k-codes"}
+        )
+        conflict = await wire.call(
+            {"name": "charge", "arguments": {"amount": 2}, "idempotencyKey": "k-codes"}
+        )
+        invalid = await wire.call(
+            {"name": "charge", "arguments": {"amount": 1}, "idempotencyKey": ""}
+        )
+    assert "result" in first
+    assert error_type(conflict) == "idempotency_key_conflict"
+    assert conflict["error"]["code"] == -31052
+    assert error_type(invalid) == "idempotency_key_invalid"
+    assert invalid["error"]["code"] == -32602
+    assert app.count("charge") == 1
 
 
 @pytest.mark.parametrize(

@@ -52,8 +52,8 @@ async def flood_scenario(store: Store, quota: int, *, flood: int = 20) -> None:
     assert [_type(a) for a in answers[:quota]] == [None] * quota
     refused = answers[quota:]
     assert {_type(a) for a in refused} == {"idempotency_quota_exceeded"}, refused
-    assert all(a.error is not None and a.error["code"] == -32058 for a in refused)
-    assert ErrorCodes().idempotency_quota_exceeded == -32058
+    assert all(a.error is not None and a.error["code"] == -31058 for a in refused)
+    assert ErrorCodes().idempotency_quota_exceeded == -31058
     assert len(runs) == quota  # nothing beyond the quota ran
 
     # Another caller is untouched: it executes, and its retries replay.
