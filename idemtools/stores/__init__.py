@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from ..redaction import password_needs_encoding, redact_url, secrets_in, withhold
 from .base import Claim, Record, Status, Store
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
@@ -66,14 +67,18 @@ def _int(name: str, value: str) -> int:
     try:
         return int(value.replace("_", ""))
     except ValueError:
-        raise ValueError(f"store URL option {name}= must be an integer, got {value!r}") from None
+        raise InvalidStoreURLError(
+            f"store URL option {name}= must be an integer, got {value!r}"
+        ) from None
 
 
 def _float(name: str, value: str) -> float:
     try:
         return float(value)
     except ValueError:
-        raise ValueError(f"store URL option {name}= must be a number, got {value!r}") from None
+        raise InvalidStoreURLError(
+            f"store URL option {name}= must be a number, got {value!r}"
+        ) from None
 
 
 def _flag(name: str, value: str) -> bool:
@@ -82,7 +87,7 @@ def _flag(name: str, value: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off", ""):
         return False
-    raise ValueError(f"?{name}= takes true or false, got {value!r}")
+    raise InvalidStoreURLError(f"?{name}= takes true or false, got {value!r}")
 
 
 def from_url(url: str, **options: Any) -> Store:
@@ -100,10 +105,51 @@ def from_url(url: str, **options: Any) -> Store:
     completion), `?table=`
     (postgres).
     Keyword options go to the store's constructor and win over the query.
+
+    Errors show the URL with its password replaced by `***`, and a driver's complaint about a
+    URL that holds a credential is withheld when its text quotes the credential.
+    Write a password percent-encoded: `urllib.parse.quote(password, safe="")`.
     """
+    try:
+        return _from_url(url, **options)
+    except InvalidStoreURLError as exc:
+        shown = withhold(str(exc), url)
+        if shown == str(exc) and not secrets_in(url):
+            raise
+        error = InvalidStoreURLError(
+            str(exc) if shown == str(exc) else f"store URL {redact_url(url)} was refused: {shown}"
+        )
+    except Exception as exc:
+        if not secrets_in(url):
+            raise
+        error = InvalidStoreURLError(
+            f"store URL {redact_url(url)} was refused: {type(exc).__name__}: "
+            f"{withhold(str(exc), url)}"
+        )
+    # Raised here, outside the handler: neither chained nor with a __context__, which a
+    # traceback or an error tracker would print with the driver's own text.
+    raise error
+
+
+def _check_redis_url(url: str) -> None:
+    """Build (not connect) one connection from the URL now: redis-py takes unknown query
+    options as connection arguments and would fail on them at the first claim, in a log line
+    quoting the URL's text."""
+    from redis.asyncio import ConnectionPool
+
+    ConnectionPool.from_url(url).make_connection()  # type: ignore[no-untyped-call]
+
+
+class InvalidStoreURLError(ValueError):
+    """A store URL that cannot be used (a ValueError); its message never holds a credential."""
+
+
+def _from_url(url: str, **options: Any) -> Store:
     scheme, sep, _ = url.partition("://")
     if not sep:
-        raise ValueError(f"not a store URL: {url!r} (expected e.g. memory://, sqlite:///x.db)")
+        raise InvalidStoreURLError(
+            f"not a store URL: {redact_url(url)!r} (expected e.g. memory://, sqlite:///x.db)"
+        )
     scheme = scheme.lower()
     if scheme in ("memory", "sqlite"):
         _, ours = _take(url, ("max_records", "max_bytes", _QUOTA))
@@ -114,8 +160,14 @@ def from_url(url: str, **options: Any) -> Store:
             return MemoryStore(**options)
         path = url.split("?", 1)[0][len("sqlite://") :]  # sqlite:///abs.db or sqlite://rel.db
         if not path:
-            raise ValueError("sqlite:// needs a path, e.g. sqlite:///var/lib/app/idem.db")
+            raise InvalidStoreURLError("sqlite:// needs a path, e.g. sqlite:///var/lib/app/idem.db")
         return SQLiteStore(path, **options)
+    if password_needs_encoding(url):
+        raise InvalidStoreURLError(
+            f"the password in store URL {redact_url(url)} holds a character that must be "
+            "percent-encoded (/, ?, #, %, or a space): write it as urllib.parse.quote(password, "
+            'safe="")'
+        )
     if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         from .redis import RedisStore
 
@@ -130,6 +182,8 @@ def from_url(url: str, **options: Any) -> Store:
             options.setdefault("wait_timeout", _float("wait_timeout", ours["wait_timeout"]))
         if "allow_eviction" in ours:
             options.setdefault("allow_eviction", _flag("allow_eviction", ours["allow_eviction"]))
+        if "cluster" not in scheme:
+            _check_redis_url(clean)
         return RedisStore.from_url(clean, **options)
     if scheme in ("postgres", "postgresql"):
         from .postgres import PostgresStore
@@ -139,5 +193,8 @@ def from_url(url: str, **options: Any) -> Store:
             options.setdefault("table", ours["table"])
         if _QUOTA in ours:
             options.setdefault(_QUOTA, _int(_QUOTA, ours[_QUOTA]))
+        from psycopg.conninfo import conninfo_to_dict
+
+        conninfo_to_dict(clean)  # now, where its complaint is redacted; not at the first claim
         return PostgresStore.from_url(clean, **options)
-    raise ValueError(f"unknown store scheme {scheme!r} in {url!r}")
+    raise InvalidStoreURLError(f"unknown store scheme {scheme!r} in {redact_url(url)!r}")
