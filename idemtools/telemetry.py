@@ -10,13 +10,21 @@ nothing beneath it. Attributes:
 - `idemtools.refusal`: the answer's `error.data.type` when it is an idemtools refusal
   (always for conflict, in_progress and refused), e.g. `idempotency_store_unavailable`;
 - `gen_ai.tool.name`: the tool, under the name the MCP semantic conventions (and the mcp 2.x
-  SDK's span) use;
+  SDK's span) use, once the tool is known to exist; `_unknown` until then (see below);
 - `idemtools.key_digest`: the key's SHA-256 prefix that log lines carry; never the key.
 
 A counter `idemtools.calls` has the same attributes but the digest (one time series per key
 would ruin any metrics backend), and a histogram `idemtools.store.duration` (seconds) times
 every store operation (`idemtools.store.operation`: claim, complete, release, renew, get;
 `idemtools.store.name`: the store's kind; `error.type` when it failed).
+
+Tool names are client text: a client inventing 500 names would make 500 time series and put
+whatever it likes into the operator's dashboards. So a name is exported (metric, span name and
+attribute) only for a tool known to exist: one with a policy of its own (`@idempotent`, the
+registry), or one this process has seen execute to a recorded outcome or replay one (adapters
+answer an unknown tool without recording it; a replay matched a record's tool name, which an
+execution wrote). Every other call is `_unknown` (`UNKNOWN_TOOL`). At most `MAX_TOOL_NAMES`
+names are learned so; the `on_outcome` hook, the application's own code, gets the name as sent.
 
 Only `opentelemetry-api` is used (a dependency of mcp 2.x, the `otel` extra on 1.x), imported
 when an engine is built; without it, or until the application installs an SDK, all of this is
@@ -41,7 +49,14 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, Histogram, MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-__all__ = ["OnOutcome", "OutcomeContext", "OutcomeKind", "Telemetry"]
+__all__ = [
+    "MAX_TOOL_NAMES",
+    "UNKNOWN_TOOL",
+    "OnOutcome",
+    "OutcomeContext",
+    "OutcomeKind",
+    "Telemetry",
+]
 
 log = logging.getLogger("idemtools")
 
@@ -58,6 +73,12 @@ TOOL = "gen_ai.tool.name"  # OpenTelemetry MCP / GenAI semantic conventions
 KEY_DIGEST = "idemtools.key_digest"
 STORE_OPERATION = "idemtools.store.operation"
 STORE_NAME = "idemtools.store.name"
+
+UNKNOWN_TOOL = "_unknown"
+"""`gen_ai.tool.name` (and span name) of a call to a tool not known to exist."""
+
+MAX_TOOL_NAMES = 1000
+"""Tool names learned from executions and replays, at most; later new ones stay `_unknown`."""
 
 _RECHECK = 1.0  # seconds between looks at the global providers while they are the proxies
 # Store operations take from tens of microseconds (memory) to tens of milliseconds (a remote
@@ -129,6 +150,7 @@ class Telemetry:
     ) -> None:
         self.on_outcome = on_outcome
         self.digest = digest
+        self._tools: set[str] = set()  # names seen to exist (executed or replayed)
         self._operations: dict[str, dict[str, str]] = {}
         self.store_name = store_name
         self.tracer: Tracer | None = None
@@ -209,6 +231,23 @@ class Telemetry:
             self._refresh_listening()
         return self._listening
 
+    # -- tool names ---------------------------------------------------------------------------
+
+    def tool_label(self, tool: str, policy: Policy) -> str:
+        """The name to export for `tool`: itself when known to exist, else `UNKNOWN_TOOL`."""
+        if tool in self._tools or policy.name == tool:
+            return tool
+        return UNKNOWN_TOOL
+
+    def learn(self, tool: str) -> bool:
+        """Note that `tool` exists; False when the bound on learned names is reached."""
+        if tool in self._tools:
+            return True
+        if len(self._tools) >= MAX_TOOL_NAMES:
+            return False
+        self._tools.add(tool)  # a set add: safe without a lock under the GIL
+        return True
+
     # -- per call -----------------------------------------------------------------------------
 
     def begin(self, tool: str, key: object, policy: Policy) -> Observation:
@@ -240,11 +279,22 @@ class Telemetry:
 class Observation:
     """One keyed call being observed: its span (current while it runs) and its ending."""
 
-    __slots__ = ("_token", "executing", "key", "policy", "span", "start", "telemetry", "tool")
+    __slots__ = (
+        "_token",
+        "executing",
+        "key",
+        "label",
+        "policy",
+        "span",
+        "start",
+        "telemetry",
+        "tool",
+    )
 
     def __init__(self, telemetry: Telemetry, tool: str, key: object, policy: Policy) -> None:
         self.telemetry = telemetry
         self.tool = tool
+        self.label = telemetry.tool_label(tool, policy)  # what is exported: never client text
         self.key = key
         self.policy = policy
         self.start = time.perf_counter()
@@ -258,9 +308,9 @@ class Observation:
 
         try:
             self.span = span = tracer.start_span(
-                f"idemtools {tool}",
+                f"idemtools {self.label}",
                 kind=trace.SpanKind.INTERNAL,
-                attributes={TOOL: tool, KEY_DIGEST: telemetry.digest(key)},
+                attributes={TOOL: self.label, KEY_DIGEST: telemetry.digest(key)},
             )
             self._token = context.attach(trace.set_span_in_context(span))
         except Exception:  # a broken SDK or processor must not fail the call
@@ -301,15 +351,26 @@ class Observation:
             kind = "in_progress"
         else:
             kind = "refused"
-        attributes = {OUTCOME: kind, TOOL: self.tool}
+        telemetry = self.telemetry
+        renamed = False
+        if self.label != self.tool and (
+            (kind == "executed" and outcome.final) or kind == "replayed"
+        ):
+            # It exists after all: it ran to a recorded outcome, or a record of it was replayed.
+            renamed = telemetry.learn(self.tool)
+            if renamed:
+                self.label = self.tool
+        attributes = {OUTCOME: kind, TOOL: self.label}
         if refusal is not None:
             attributes[REFUSAL] = refusal
-        telemetry = self.telemetry
         try:  # a broken SDK, processor or reader must not change the answer
             if telemetry.calls is not None:
                 telemetry.calls.add(1, attributes)
             if self.span is not None:
-                self.span.set_attribute(OUTCOME, kind)  # the tool's name is set already
+                if renamed:
+                    self.span.update_name(f"idemtools {self.label}")
+                    self.span.set_attribute(TOOL, self.label)
+                self.span.set_attribute(OUTCOME, kind)
                 if refusal is not None:
                     self.span.set_attribute(REFUSAL, refusal)
                 self.span.end()  # last: span processors run here

@@ -476,3 +476,86 @@ def test_without_opentelemetry_everything_works_and_the_hook_still_runs() -> Non
         """
     )
     assert out.split() == ["['executed',", "'replayed']", "False", "1"]
+
+
+# -- tool names: one fixed value for tools that do not exist ------------------------------------
+
+
+def unknown_tool(name: str) -> Any:
+    """What an adapter's run() answers for a tool the server does not have: not final."""
+
+    async def run() -> Outcome:
+        text = f"Unknown tool: {name}"
+        return Outcome(
+            result={"content": [{"type": "text", "text": text}], "isError": True}, final=False
+        )
+
+    return run
+
+
+def tool_names(otel: Otel) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for point in otel.points("idemtools.calls"):
+        name = point.attributes["gen_ai.tool.name"]
+        counts[name] = counts.get(name, 0) + point.value
+    return counts
+
+
+async def test_invented_tool_names_are_one_series_and_never_a_span_name(otel: Otel) -> None:
+    hook = Hook()
+    engine = otel.engine(on_outcome=hook)
+    invented = [f"tool-{i}-{'x' * (i % 7)}" for i in range(500)]
+    for i, name in enumerate(invented):
+        key = f"k-{i}" if i % 5 else ""  # some refused before anything could tell
+        await engine.handle(call(key, name=name), unknown_tool(name))
+    assert tool_names(otel) == {"_unknown": 500}
+    spans = otel.finished()
+    assert len(spans) == 500
+    assert {s.name for s in spans} == {"idemtools _unknown"}
+    assert {s.attributes["gen_ai.tool.name"] for s in spans} == {"_unknown"}  # type: ignore[index]
+    # The application's own hook still hears the name the client sent.
+    assert [tool for tool, _k, _c in hook.seen] == invented
+
+
+async def test_a_tool_is_named_once_it_is_known(otel: Otel) -> None:
+    registry = Registry()
+    registry.register("declared", POLICY)
+    engine = otel.engine(registry=registry)
+    # Declared with a policy: named from the first call, refusals included.
+    await engine.handle(call("", name="declared"), run_ok)
+    # Not declared: named once it ran (its own span too), and from then on.
+    await engine.handle(call("k-1", name="plain"), run_ok)
+    await engine.handle(call("k-1", name="plain"), run_ok)  # replay
+    await engine.handle(call("k-1", name="plain", amount=2), run_ok)  # conflict
+    await engine.handle(call("", name="plain"), run_ok)  # invalid key
+    assert tool_names(otel) == {"declared": 1, "plain": 4}
+    assert (
+        sorted(s.name for s in otel.finished()) == ["idemtools declared"] + ["idemtools plain"] * 4
+    )
+
+
+async def test_a_replay_names_its_tool_after_a_restart(otel: Otel) -> None:
+    store = MemoryStore()
+    await otel.engine(store).handle(call("k-r", name="plain"), run_ok)
+    restarted = otel.engine(store)
+    await restarted.handle(call("k-r", name="plain"), run_ok)  # replayed from the record
+    await restarted.handle(call("k-r", name="invented"), run_ok)  # conflict: proves nothing
+    names = {
+        (p.attributes["gen_ai.tool.name"], p.attributes["idemtools.outcome"]): p.value
+        for p in otel.points("idemtools.calls")
+    }
+    assert names == {
+        ("plain", "executed"): 1,
+        ("plain", "replayed"): 1,
+        ("_unknown", "conflict"): 1,
+    }
+
+
+async def test_learned_names_are_bounded(otel: Otel, monkeypatch: pytest.MonkeyPatch) -> None:
+    import idemtools.telemetry as telemetry
+
+    monkeypatch.setattr(telemetry, "MAX_TOOL_NAMES", 3)
+    engine = otel.engine()
+    for i in range(6):  # a server that runs whatever name it is sent
+        await engine.handle(call(f"k-{i}", name=f"t{i}"), run_ok)
+    assert tool_names(otel) == {"t0": 1, "t1": 1, "t2": 1, "_unknown": 3}

@@ -113,6 +113,38 @@ async def test_every_outcome_is_exported_over_the_wire(served: Served) -> None:
     meter_provider.shutdown()
 
 
+async def test_invented_tool_names_over_the_wire_are_one_series(served: Served) -> None:
+    # 50 names the server does not have: the SDK answers "Unknown tool", idemtools records
+    # nothing, and the operator's metrics and spans get one fixed name, not the client's text.
+    spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    meter_provider = MeterProvider(metric_readers=[reader])
+    options = {"tracer_provider": tracer_provider, "meter_provider": meter_provider}
+    async with served(**options) as (app, wire):
+        for i in range(50):
+            name = f"invented-{i}-<script>"
+            await wire.call({"name": name, "arguments": {}, "idempotencyKey": f"k-{i}"})
+        await wire.call({"name": "charge", "arguments": {"amount": 1}, "idempotencyKey": "k-c"})
+    assert app.count("charge") == 1
+    ours = [s for s in spans.get_finished_spans() if s.name.startswith("idemtools ")]
+    assert sorted({s.name for s in ours}) == ["idemtools _unknown", "idemtools charge"]
+    data = reader.get_metrics_data()
+    assert data is not None
+    counts: dict[str, int] = {}
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                if m.name == "idemtools.calls":
+                    for p in m.data.data_points:
+                        name = str(p.attributes["gen_ai.tool.name"])
+                        counts[name] = counts.get(name, 0) + int(p.value)
+    assert counts == {"_unknown": 50, "charge": 1}
+    assert "invented" not in data.to_json(indent=None)
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+
+
 def test_an_sdk_installed_after_install_is_picked_up() -> None:
     code = """
         import json
