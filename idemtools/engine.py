@@ -105,6 +105,7 @@ class EngineStats:
     record_failures: int = 0
     lost_claims: int = 0
     released: int = 0
+    lease_lapses: int = 0  # renewals or completions later than the lease allowed (ERROR logged)
 
 
 class Engine:
@@ -167,6 +168,7 @@ class Engine:
             store,
             on_lost=self._lease_lost,
             on_error=self._renewal_failed,
+            on_lapse=self._lease_lapsed,
             timed=self.telemetry.timed,
         )
         self._background: set[asyncio.Task[Any]] = set()
@@ -485,6 +487,20 @@ class Engine:
         self.stats.lost_claims += 1
         log.warning("lease lost while running key_digest=%s", key_digest(held.key))
 
+    def _lease_lapsed(self, held: Lease, late: float) -> None:
+        # On either thread: the process could not renew in time (see idemtools.lease_keeper).
+        self.stats.lease_lapses += 1
+        self.telemetry.lease_lapsed()
+        log.error(
+            "lease lapsed key_digest=%s: renewed %.3f s late (lease %.3f s); another instance "
+            "may have claimed the key and run the tool a second time. A tool holding the GIL "
+            "in a long C call, a paused process or an unreachable store cannot renew (see "
+            "docs/operations.md, Leases)",
+            key_digest(held.key),
+            late,
+            held.lease,
+        )
+
     def _renewal_failed(self, held: Lease, exc: BaseException) -> None:
         self.stats.store_errors += 1
         log.warning("lease renewal failed key_digest=%s: %r", key_digest(held.key), exc)
@@ -493,6 +509,7 @@ class Engine:
         """Record (or release) the outcome. Failures are logged, unless `strict` re-raises."""
         key = ex.key
         if ex.held is not None:
+            self.keeper.check(ex.held)  # the tool may have starved the keeper until now
             # From here a renewal may find the record completed: that is no lost claim (the
             # engine itself reports one if `complete` is refused).
             ex.held.claimed = False

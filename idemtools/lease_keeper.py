@@ -11,6 +11,13 @@ Cost on the call path: `hold` and `drop` are a lock, a dict write and (only when
 nothing earlier to do) a wake-up of the thread. Short calls, the common case, end long before
 their first renewal is due and never cause any I/O here.
 
+What a thread cannot do: run while another thread holds the GIL. One long C call that never
+releases it (a catastrophic regex, `json` or `sorted` on huge data, some extensions) starves the
+keeper, the lease runs out, and another instance sharing the store may claim the key and run
+the tool a second time. That is not prevented here; it is never silent either: every renewal
+(and every completion) later than the lease allows is reported to `on_lapse` with how late it
+was, and the engine logs it at ERROR (`lease lapsed`) and counts it (`stats.lease_lapses`).
+
 Where a store cannot give the keeper its own connection (`for_lease_keeper()` returns None),
 renewals are sent to the engine's own asyncio loop instead, as before: a blocked loop then
 delays them, and late completion (a store records an outcome whose lease ran out while nobody
@@ -54,7 +61,9 @@ class Lease:
         "lease",
         "loop",
         "owner",
+        "renewed_at",
         "renewing",
+        "reported",
         "scope",
     )
 
@@ -77,6 +86,11 @@ class Lease:
         self.loop = loop  # the caller's asyncio loop, for stores without a keeper connection
         self.done = False  # dropped by the engine: a renewal still under way is ignored
         self.renewing = False  # a renewal is under way: never two at once for one claim
+        # When the lease was last known to be extended: the send of the claim or of the last
+        # renewal that succeeded (the store extends it on arrival, a little later). A renewal
+        # or completion past `renewed_at + lease` may have found the lease lapsed.
+        self.renewed_at = due - lease / 3
+        self.reported = -1.0  # the `renewed_at` whose lapse was reported: once per gap
         # Held before the claim is sent (the loop may block between the claim landing and the
         # engine seeing the answer); until the engine confirms it, "not held" is no loss. The
         # engine clears it again while it records the outcome.
@@ -92,6 +106,10 @@ class LeaseKeeper:
             another owner: the engine counts it and logs it.
         on_error: called (on the keeper thread) when a renewal failed; it is tried again at
             the next interval.
+        on_lapse: called with (lease, seconds late) when a renewal or the completion came later
+            than the lease allows (the process could not renew in time: a tool holding the GIL,
+            a paused process, an unreachable store); once per gap, from whichever thread saw it.
+            By default logged at ERROR.
         timed: `timed("renew", awaitable)` wraps each renewal (the engine's telemetry times
             store operations); by default the renewal itself.
     """
@@ -102,12 +120,14 @@ class LeaseKeeper:
         *,
         on_lost: Callable[[Lease], None],
         on_error: Callable[[Lease, BaseException], None],
+        on_lapse: Callable[[Lease, float], None] | None = None,
         timed: Callable[[str, Awaitable[bool]], Awaitable[bool]] = lambda _op, op: op,
     ) -> None:
         self._source = store
         self._timed = timed
         self._on_lost = on_lost
         self._on_error = on_error
+        self._on_lapse = on_lapse if on_lapse is not None else _log_lapse
         self._lock = threading.Lock()
         self._live: dict[int, Lease] = {}
         self._ids = itertools.count()
@@ -151,6 +171,27 @@ class LeaseKeeper:
             with contextlib.suppress(RuntimeError):  # the keeper's loop just closed
                 target_loop.call_soon_threadsafe(event.set)
         return held
+
+    def check(self, held: Lease, now: float | None = None) -> None:
+        """Report a lapse if `held`'s lease ran out before `now` (default: the clock).
+
+        The engine calls it when the tool returns: a keeper starved all along (by a tool that
+        held the GIL) may not have run since, and a completion past the lease has lapsed too.
+        """
+        late = self._lapse(held, time.monotonic() if now is None else now)
+        if late is not None:
+            self._on_lapse(held, late)
+
+    def _lapse(self, held: Lease, now: float) -> float | None:
+        """Seconds past the lease at `now`, once per gap; None when in time or reported."""
+        late = now - held.renewed_at - held.lease
+        if late <= 0 or not held.claimed or held.done:
+            return None
+        with self._lock:
+            if held.reported == held.renewed_at:
+                return None
+            held.reported = held.renewed_at
+        return late
 
     def drop(self, held: Lease) -> None:
         """Stop renewing: the call ended (its outcome is about to be recorded, or released)."""
@@ -209,7 +250,10 @@ class LeaseKeeper:
                     # renewal due before then (not for every call: most end long before).
                     self._target = target
                 for held in due:
-                    task = asyncio.create_task(self._renew(store, held))
+                    late = self._lapse(held, now)
+                    if late is not None:
+                        self._on_lapse(held, late)
+                    task = asyncio.create_task(self._renew(store, held, now))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
                 timeout = max(0.0, target - time.monotonic())
@@ -240,7 +284,7 @@ class LeaseKeeper:
             return None
         return store
 
-    async def _renew(self, store: Store | None, held: Lease) -> None:
+    async def _renew(self, store: Store | None, held: Lease, sent: float) -> None:
         try:
             ok = await self._timed(
                 "renew",
@@ -258,7 +302,14 @@ class LeaseKeeper:
                 if self._wake is not None:
                     self._wake.set()
         else:
-            if not ok and not held.done and held.claimed:
+            if ok:
+                # Through the caller's loop a renewal may wait behind a blocked tool: one that
+                # succeeded only after the lease ran out had lapsed all the same.
+                late = self._lapse(held, time.monotonic())
+                if late is not None:
+                    self._on_lapse(held, late)
+                held.renewed_at = max(held.renewed_at, sent)
+            elif not held.done and held.claimed:
                 self.drop(held)
                 self._on_lost(held)
         finally:
@@ -272,3 +323,13 @@ class LeaseKeeper:
         )
         future = asyncio.run_coroutine_threadsafe(coro, held.loop)
         return await asyncio.wrap_future(future)
+
+
+def _log_lapse(held: Lease, late: float) -> None:
+    log.error(
+        "lease lapsed for a running call: renewed %.3f s late (lease %.3f s); another instance "
+        "may have run it a second time (a tool holding the GIL or a paused process cannot "
+        "renew)",
+        late,
+        held.lease,
+    )

@@ -13,6 +13,10 @@ nothing beneath it. Attributes:
   SDK's span) use, once the tool is known to exist; `_unknown` until then (see below);
 - `idemtools.key_digest`: the key's SHA-256 prefix that log lines carry; never the key.
 
+A counter `idemtools.lease.lapses` (`idemtools.store.name`) counts leases that ran out while
+their call was still running: the process could not renew in time (a tool holding the GIL, a
+paused process, an unreachable store), so another instance may have run the tool again.
+
 A counter `idemtools.calls` has the same attributes but the digest (one time series per key
 would ruin any metrics backend), and a histogram `idemtools.store.duration` (seconds) times
 every store operation (`idemtools.store.operation`: claim, complete, release, renew, get;
@@ -156,6 +160,7 @@ class Telemetry:
         self.tracer: Tracer | None = None
         self.calls: Counter | None = None
         self.durations: Histogram | None = None
+        self.lapses: Counter | None = None
         self._due: float | None = None  # next look at the global providers; None: settled
         self._tracing_settled = self._metrics_settled = True
         try:
@@ -196,6 +201,12 @@ class Telemetry:
             description="Duration of idempotency store operations",
             explicit_bucket_boundaries_advisory=_BUCKETS,
         )
+        self.lapses = meter.create_counter(
+            "idemtools.lease.lapses",
+            unit="{lapse}",
+            description="Leases that ran out while their call was still running (not renewed "
+            "in time)",
+        )
         self._metrics_settled = True
 
     def _look(self) -> None:
@@ -230,6 +241,14 @@ class Telemetry:
             self._look()
             self._refresh_listening()
         return self._listening
+
+    def lease_lapsed(self) -> None:
+        """Count one lease that lapsed while its call ran (from any thread)."""
+        if self.lapses is not None:
+            try:
+                self.lapses.add(1, {STORE_NAME: self.store_name})
+            except Exception:  # a broken SDK or reader must not break the keeper
+                log.exception("could not count a lease lapse")
 
     # -- tool names ---------------------------------------------------------------------------
 
