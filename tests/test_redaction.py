@@ -130,6 +130,14 @@ def test_a_badly_written_password_is_refused_with_the_fix() -> None:
     assert "QX" not in message and "ZJ" not in message and "KV" not in message
 
 
+def test_an_at_sign_after_the_host_is_read_as_hiding_more_never_less() -> None:
+    # Ambiguous: "host:6379/0?prefix=a@b" could be user "host", password "6379/0?prefix=a".
+    assert "a@b" not in redact_url("redis://host:6379/0?prefix=a@b")
+    with pytest.raises(ValueError, match="%40"):
+        from_url("redis://host:6379/0?prefix=a@b")
+    assert from_url("redis://host:6379/0?prefix=a%40b").prefix == "a@b"  # type: ignore[attr-defined]
+
+
 def test_withhold_keeps_clean_text_and_drops_text_that_quotes_a_password() -> None:
     url = "redis://app:QXZJKV@h/0"
     assert withhold("Error 111 connecting to h:6379", url) == "Error 111 connecting to h:6379"

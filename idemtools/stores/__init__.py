@@ -166,7 +166,8 @@ def _from_url(url: str, **options: Any) -> Store:
         raise InvalidStoreURLError(
             f"the password in store URL {redact_url(url)} holds a character that must be "
             "percent-encoded (/, ?, #, %, or a space): write it as urllib.parse.quote(password, "
-            'safe="")'
+            'safe=""). (A URL without a password but with an "@" in its path or query: write '
+            'that "@" as %40.)'
         )
     if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         from .redis import RedisStore
