@@ -164,33 +164,46 @@ async def test_attempts_are_bounded() -> None:
 
 
 def _plain_server(answers: list[tuple[int, str, Any] | None]) -> tuple[Any, list[int]]:
-    """A server without idemtools whose tool `op` answers `answers` in turn (None: a result)."""
-    from .harness import _Server
-
-    if LINE == 2:
-        from mcp.shared.exceptions import MCPError as Error
-
-        def error(code: int, message: str, data: Any) -> Exception:
-            return Error(code, message, data)
-    else:
-        from mcp.shared.exceptions import McpError
-        from mcp.types import ErrorData
-
-        def error(code: int, message: str, data: Any) -> Exception:
-            return McpError(ErrorData(code=code, message=message, data=data))
-
-    server = _Server("plain")
+    """A server without idemtools whose tool `op` answers `answers` in turn (None: a result);
+    an answer is sent as a JSON-RPC error with that code, message and data."""
     calls: list[int] = []
 
-    @server.tool()
-    async def op() -> str:
+    def next_answer() -> tuple[int, str, Any] | None:
         calls.append(1)
-        answer = answers[min(len(calls), len(answers)) - 1]
-        if answer is not None:
-            raise error(*answer)
-        return f"done #{len(calls)}"
+        return answers[min(len(calls), len(answers)) - 1]
 
-    return server, calls
+    if LINE == 2:
+        from mcp.shared.exceptions import MCPError
+
+        from .harness import _Server
+
+        server = _Server("plain")
+
+        @server.tool()
+        async def op() -> str:
+            answer = next_answer()
+            if answer is not None:
+                raise MCPError(*answer)
+            return f"done #{len(calls)}"
+
+        return server, calls
+    # mcp 1.x turns whatever a tool raises into an isError result: answer the request itself.
+    from mcp import types as types1
+    from mcp.server.lowlevel import Server
+    from mcp.shared.exceptions import McpError
+
+    lowlevel: Any = Server("plain")
+
+    async def call(req: Any) -> Any:
+        answer = next_answer()
+        if answer is not None:
+            code, message, data = answer
+            raise McpError(types1.ErrorData(code=code, message=message, data=data))
+        text = types1.TextContent(type="text", text=f"done #{len(calls)}")
+        return types1.ServerResult(types1.CallToolResult(content=[text]))
+
+    lowlevel.request_handlers[types1.CallToolRequest] = call
+    return lowlevel, calls
 
 
 @contextlib.asynccontextmanager
@@ -203,7 +216,7 @@ async def _plain_session(server: Any) -> AsyncIterator[Any]:
     else:
         from mcp.shared.memory import create_connected_server_and_client_session
 
-        async with create_connected_server_and_client_session(server._mcp_server) as s:
+        async with create_connected_server_and_client_session(server) as s:
             yield s
 
 
