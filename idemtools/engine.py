@@ -48,6 +48,7 @@ from .errors import (
 from .lease_keeper import Lease, LeaseKeeper
 from .outcome import Outcome
 from .policy import DEFAULT_POLICY, Policy, Registry, authorize_call, default_registry
+from .redaction import redact_url
 from .scopes import AuthorizeFn, CallContext
 from .stores.base import Claim, Record, Status, Store, TransactionalStore
 from .telemetry import Observation, OnOutcome, Telemetry
@@ -816,7 +817,9 @@ def _store_name(store: Store) -> str:
     """The store's kind, and its safe description when it has one (never a password)."""
     kind = getattr(store, "kind", type(store).__name__)
     description = getattr(store, "description", None)
-    return f"{kind} ({description})" if isinstance(description, str) and description else kind
+    if not isinstance(description, str) or not description:
+        return kind
+    return f"{kind} ({redact_url(description)})"  # a custom store may describe itself by URL
 
 
 def _digest(key: object) -> str:

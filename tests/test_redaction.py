@@ -15,7 +15,7 @@ from idemtools import Policy, Registry, shared
 from idemtools.engine import Engine, ToolCall, _store_name
 from idemtools.outcome import Outcome
 from idemtools.redaction import MASK, redact_url, withhold
-from idemtools.stores import from_url
+from idemtools.stores import MemoryStore, from_url
 
 # Letters that no message, host or option name here spells in runs of four: a leaked fragment
 # of a password is then found by looking for its runs, not only for the whole of it.
@@ -201,3 +201,14 @@ def _has_psycopg() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_a_custom_store_that_describes_itself_by_its_url_is_logged_redacted() -> None:
+    # Every log line naming the store goes through _store_name (claim failures, the start-up
+    # check): a third-party store whose description is its URL must not leak the password.
+    class UrlStore(MemoryStore):
+        kind = "custom"
+        description = "redis://app:QXZJKVWQ@cache:6379/0"
+
+    shown = _store_name(UrlStore())
+    assert "QXZJKVWQ" not in shown and "redis://app:***@cache:6379/0" in shown
