@@ -22,12 +22,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from idemtools import CallContext, Engine, Outcome, Policy, Registry, shared
 from idemtools.engine import ToolCall, key_digest
-from idemtools.lease_keeper import LeaseKeeper
+from idemtools.lease_keeper import Lease, LeaseKeeper
 from idemtools.stores import MemoryStore
 
 from .services import delete_redis_keys, need_redis
@@ -259,3 +261,35 @@ async def test_a_completion_after_the_lease_is_a_lapse_counted_logged_and_export
     assert [(dict(p.attributes), p.value) for p in points] == [
         ({"idemtools.store.name": "memory"}, 1)
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lease=st.floats(0.05, 120),
+    gaps=st.lists(st.floats(0.001, 400), min_size=1, max_size=30),
+)
+def test_every_gap_longer_than_the_lease_is_reported_once_with_its_lag(
+    lease: float, gaps: list[float]
+) -> None:
+    # Renewals that succeed `gaps` apart, each checked before it is sent and again after it
+    # succeeded (both of the keeper's checks), and once more by the engine at completion.
+    assume(all(abs(gap - lease) > 1e-6 for gap in gaps))  # no float ties at the boundary
+    lapses: list[float] = []
+    keeper = LeaseKeeper(
+        MemoryStore(),
+        on_lost=lambda _held: None,
+        on_error=lambda _held, _exc: None,
+        on_lapse=lambda _held, late: lapses.append(late),
+    )
+    held = Lease(0, "s", "k", "o1", lease, 0.0, None)
+    held.claimed = True
+    now = held.renewed_at = 1000.0
+    for gap in gaps:
+        now += gap
+        keeper.check(held, now=now)  # the renewal is due: sent now
+        keeper.check(held, now=now)  # it succeeded (no time passed)
+        held.renewed_at = now
+        keeper.check(held, now=now)  # the call completed at once
+    expected = [gap - lease for gap in gaps if gap > lease]
+    assert len(lapses) == len(expected)
+    assert lapses == pytest.approx(expected, abs=1e-6)
