@@ -333,7 +333,7 @@ class Observation:
             )
             self._token = context.attach(trace.set_span_in_context(span))
         except Exception:  # a broken SDK or processor must not fail the call
-            log.exception("could not start the idemtools span for tool=%s", tool)
+            log.exception("could not start the idemtools span for tool=%s", self.label)
             self.span = None
 
     def detach(self) -> None:
@@ -354,7 +354,7 @@ class Observation:
                 self.span.set_status(StatusCode.ERROR, "cancelled before an answer")
                 self.span.end()
             except Exception:
-                log.exception("could not end the idemtools span for tool=%s", self.tool)
+                log.exception("could not end the idemtools span for tool=%s", self.label)
 
     async def end(self, outcome: Outcome) -> None:
         """Classify the answer, end the span, count it, then call the hook."""
@@ -394,7 +394,7 @@ class Observation:
                     self.span.set_attribute(REFUSAL, refusal)
                 self.span.end()  # last: span processors run here
         except Exception:
-            log.exception("could not record telemetry for tool=%s outcome=%s", self.tool, kind)
+            log.exception("could not record telemetry for tool=%s outcome=%s", self.label, kind)
         hook = telemetry.on_outcome
         if hook is None:
             return
@@ -413,7 +413,7 @@ class Observation:
             log.exception(
                 "on_outcome hook failed for tool=%s outcome=%s key_digest=%s; the call's "
                 "answer is unchanged",
-                self.tool,
+                self.label,
                 kind,
                 context.key_digest,
             )
