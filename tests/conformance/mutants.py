@@ -309,7 +309,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "unkeyed-affected",
         "family: unkeyed",
-        "calls without a key are deduplicated under an implicit key",
+        "calls without a key are deduplicated by their arguments",
         "unkeyed-unaffected",
     ),
     _m(

@@ -487,7 +487,7 @@ class Server:
         if self.has("equiv-whitespace"):
             parts.append(re.findall(r"\s+", _STRING.sub('""', raw)))
         if self.has("equiv-escapes"):
-            parts.append(_STRING.findall(raw))
+            parts.append(sorted(_STRING.findall(raw)))  # the spellings, in any member order
         return _dumps(parts)
 
     def keep(self) -> float | None:
@@ -505,8 +505,8 @@ class Server:
         continuation = "requestState" in params or "inputResponses" in params
         if name == COUNT or (continuation and not self.has("mrtr-keyed")):
             key = None  # the count is never keyed; an MRTR continuation is not a retry
-        if key is None and self.has("unkeyed-affected"):
-            key = "\0unkeyed"  # calls without a key share one implicit key
+        if key is None and self.has("unkeyed-affected") and name != COUNT:
+            key = "\0" + self.fingerprint(name, params, text)  # "no key: dedupe by arguments"
         if key is None or self.has("key-ignored"):
             return await self.execute(name, arguments)
         sent = key
