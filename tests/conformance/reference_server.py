@@ -520,7 +520,11 @@ class Server:
         status, row = self.store.claim(scope, key, fp)
         assert row is not None
         if status == "claimed":
-            outcome = await self.execute(name, arguments)
+            try:
+                outcome = await self.execute(name, arguments)
+            except BaseException:  # cancelled: nothing was recorded, the key is free again
+                self.store.release(scope, key, row.owner)
+                raise
             if self._forgets(outcome):
                 self.store.release(scope, key, row.owner)
             else:
@@ -717,15 +721,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mutant", action="append", default=[], choices=sorted(MUTANTS))
     args = parser.parse_args(argv)
     from_env = [m for m in os.environ.get("SEP3182_REF_MUTANTS", "").split(",") if m]
-    server_args = {
-        "mutants": frozenset(args.mutant + from_env),
-        "retention": args.retention,
-        "store_path": args.store,
-    }
+    mutants = frozenset(args.mutant + from_env)
+
+    def make() -> Server:  # inside the running loop
+        return Server(mutants=mutants, retention=args.retention, store_path=args.store)
+
     if args.http is None:
 
         async def stdio() -> None:
-            await serve_stdio(Server(**server_args))  # type: ignore[arg-type]
+            await serve_stdio(make())
 
         asyncio.run(stdio())
         return
@@ -734,7 +738,7 @@ def main(argv: list[str] | None = None) -> None:
     tokens = frozenset(t for t in args.tokens.split(",") if t)
 
     async def http() -> None:
-        server = Server(**server_args)  # type: ignore[arg-type]
+        server = make()
         config = uvicorn.Config(
             asgi_app(server, tokens),
             host="127.0.0.1",

@@ -200,8 +200,8 @@ def _selected(session: pytest.Session) -> list[str]:
         if item.module.__name__ != __name__:
             continue
         params = getattr(getattr(item, "callspec", None), "params", {})
-        names = {
-            "test_reference_passes": [params.get("plan")],
+        names: list[str] = {
+            "test_reference_passes": [str(params.get("plan"))],
             "test_reference_exercises_every_check": [p.name for p in REFERENCE_PLANS],
             "test_mutant_is_caught": [f"mutant-{params.get('mutant')}"],
             "test_kill_rate_is_100_percent": required,
@@ -243,7 +243,7 @@ def test_reference_server_uses_neither_idemtools_nor_an_sdk() -> None:
 
     tree = ast.parse(SERVER.read_text())
     imported = {
-        (node.module if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
+        ((node.module or "") if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
         for node in ast.walk(tree)
         if isinstance(node, (ast.Import, ast.ImportFrom))
         for alias in node.names
@@ -296,7 +296,8 @@ def test_mutant_is_caught(runs: Runs, mutant: str) -> None:
 
 def test_kill_rate_is_100_percent(runs: Runs) -> None:
     required = [m for m in catalogue.MUTANTS if not pending(m)]
-    killed, survivors = [], []
+    killed: list[str] = []
+    survivors: list[str] = []
     for m in required:
         run = runs.get(f"mutant-{m.name}")
         (killed if all(run.caught(i) for i in m.expect) else survivors).append(m.name)

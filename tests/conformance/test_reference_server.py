@@ -32,6 +32,8 @@ from .kit import PY, ROOT, free_port
 from .reference_server import Pairs, canonical, parse_exact, raw_member
 from .test_mutants import SERVER, _http_instance
 
+pytestmark = pytest.mark.slow
+
 MODERN_META = {"io.modelcontextprotocol/protocolVersion": catalogue.MODERN}
 
 
@@ -77,7 +79,10 @@ class Stdio:
     def call(
         self, tool: str, arguments: dict[str, Any], key: str | None = None, **extra: Any
     ) -> dict[str, Any]:
-        return json.loads(self.line(self.send("tools/call", _params(tool, arguments, key, extra))))
+        reply: dict[str, Any] = json.loads(
+            self.line(self.send("tools/call", _params(tool, arguments, key, extra)))
+        )
+        return reply
 
     def raw(self, tool: str, arguments: dict[str, Any], key: str | None = None) -> str:
         """The answer's `result` or `error` member exactly as the server wrote it."""
@@ -150,7 +155,7 @@ def original_replayed_after_in_progress(s: Stdio) -> bool:
     first = json.loads(s.line(original))
     retry = s.call("sep3182_record_slow", args, key)
     refused = duplicate["error"]["data"]["type"] == "idempotency_key_in_progress"
-    return refused and retry.get("result") == first["result"]
+    return bool(refused and retry.get("result") == first["result"])
 
 
 def _conflict_against(tool: str) -> Callable[[Stdio], bool]:
@@ -168,7 +173,7 @@ def meta_ignored(s: Stdio) -> bool:
     key, label = fresh("k"), fresh()
     first = s.call("sep3182_record", {"label": label}, key, _meta={"progressToken": 1})
     again = s.call("sep3182_record", {"label": label}, key, _meta={"progressToken": 2})
-    return again.get("result") == first["result"]
+    return bool(again.get("result") == first["result"])
 
 
 def _keys_distinct(make: Callable[[str], tuple[str, str]]) -> Callable[[Stdio], bool]:
@@ -200,7 +205,7 @@ def replay_meta_identical(s: Stdio) -> bool:
     key, label = fresh("k"), fresh()
     first = json.loads(s.raw("sep3182_record", {"label": label}, key))
     again = json.loads(s.raw("sep3182_record", {"label": label}, key))
-    return first.get("_meta") == again.get("_meta")
+    return bool(first.get("_meta") == again.get("_meta"))
 
 
 def _codes(s: Stdio) -> list[int]:
