@@ -253,6 +253,30 @@ def test_reference_server_uses_neither_idemtools_nor_an_sdk() -> None:
     assert imported <= {*__import__("sys").stdlib_module_names, "uvicorn"}
 
 
+@pytest.mark.parametrize(
+    ("level", "status", "caught"),
+    [
+        ("MUST", "fail", True),
+        ("SHOULD", "fail", True),
+        ("MUST", "blocked", False),  # blocked by another failure: this check did not decide
+        ("MUST", "skip", False),
+        ("MUST", "pass", False),
+        ("INFO", "fail", True),
+        ("INFO", "differs", True),  # whatever the report model calls an INFO finding
+        ("INFO", "pass", False),
+        ("INFO", "skip", False),
+    ],
+)
+def test_a_mutant_is_caught_only_by_its_own_checks_verdict(
+    level: str, status: str, caught: bool
+) -> None:
+    check = {"id": "sep-3182-x", "level": level, "status": status, "era": catalogue.MODERN}
+    other = {**check, "id": "sep-3182-y", "status": "fail"}
+    run = Run(Plan("p"), 0, {"checks": [other, check]}, "", 0.0)
+    assert run.caught("sep-3182-x") is caught
+    assert run.caught("sep-3182-z") is False  # absent from the report: not caught
+
+
 # -- the reference passes -------------------------------------------------------------------------
 
 
