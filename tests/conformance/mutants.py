@@ -210,9 +210,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "conflict-tool-name",
     ),
     _m(
-        "conflict-no-data",
+        "conflict-no-data-type",
         "family: conflict",
-        "the conflict refusal has no error.data",
+        "the conflict refusal's error.data has the key but no type",
         "conflict-error-data",
     ),
     _m(

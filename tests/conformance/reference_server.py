@@ -83,7 +83,7 @@ MUTANTS = frozenset(
         "conflict-not-detected",
         "conflict-executes",
         "conflict-ignores-tool-name",
-        "conflict-no-data",
+        "conflict-no-data-type",
         "equiv-raw-text",
         "equiv-key-order",
         "equiv-whitespace",
@@ -594,9 +594,9 @@ class Server:
 
     def _conflict(self, sent: str) -> Outcome:
         code = -32077 if self.has("reserved-code") else CONFLICT_CODE
-        data = None
-        if not self.has("conflict-no-data"):
-            data = {"type": "idempotency_key_conflict", "idempotencyKey": sent}
+        data = {"type": "idempotency_key_conflict", "idempotencyKey": sent}
+        if self.has("conflict-no-data-type"):
+            del data["type"]
         return _error(code, "idempotencyKey was used with different arguments", data)
 
     def _replay(self, kind: str, body: str) -> Outcome:
