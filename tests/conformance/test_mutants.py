@@ -289,6 +289,7 @@ def test_reference_passes(runs: Runs, plan: str) -> None:
     assert run.code == 0, run.why()
 
 
+@pytest.mark.timeout(600)
 def test_reference_exercises_every_check(runs: Runs) -> None:
     """Every check the kit has passes on the reference somewhere (stdio or HTTP): a check that
     cannot pass on a correct server, or never runs, can kill no mutant."""
@@ -318,6 +319,7 @@ def test_mutant_is_caught(runs: Runs, mutant: str) -> None:
     assert not survived, f"{mutant} ({m.bug}) was not caught by {survived}; {run.why()}"
 
 
+@pytest.mark.timeout(900)  # run alone, it waits for every kit run
 def test_kill_rate_is_100_percent(runs: Runs) -> None:
     required = [m for m in catalogue.MUTANTS if not pending(m)]
     killed: list[str] = []
