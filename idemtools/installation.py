@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
@@ -157,6 +157,7 @@ def install(
     on_outcome: OnOutcome | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
+    replay_authorization: Literal["skip_middleware"] | None = None,
 ) -> Installation:
     """Make every keyed `tools/call` on `server` idempotent, per SEP-3182.
 
@@ -194,11 +195,21 @@ def install(
             the global one, once the application installs an SDK (see Operations,
             "Observability").
         meter_provider: the meter provider for its metrics; by default the global one.
+        replay_authorization: `"skip_middleware"` means exactly "I accept that replays do
+            not pass my middleware" (FastMCP: its middleware chain, `AuthMiddleware` and a
+            tool's `auth=`); logged at WARNING. By default every FastMCP middleware runs
+            before a keyed call is decided, replays included, and `install()` refuses a
+            server where it cannot arrange that. Other server types need no opt-out: their
+            middlewares already run before replays (mcp 2.x) or they have none (mcp 1.x).
 
     Raises:
         InstallError: the server type is not supported, idemtools is already installed on it,
             or the SDK would drop the key; never returns a silently unprotected server.
     """
+    if replay_authorization not in (None, "skip_middleware"):
+        raise ValueError(
+            f"replay_authorization takes None or 'skip_middleware', got {replay_authorization!r}"
+        )
     if installation_of(server) is not None:
         raise InstallError("idemtools is already installed on this server")
     if store is None:
@@ -221,7 +232,11 @@ def install(
     from .adapters import adapt
 
     installation = adapt(
-        server, engine, declare_field=declare_field, tool_metadata=advertise_tool_metadata
+        server,
+        engine,
+        declare_field=declare_field,
+        tool_metadata=advertise_tool_metadata,
+        replay_authorization=replay_authorization,
     )
     setattr(server, _ATTR, installation)
     return installation

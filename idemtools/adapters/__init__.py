@@ -40,7 +40,12 @@ def _is_fastmcp(server: Any) -> bool:
 
 
 def adapt(
-    server: Any, engine: Engine, *, declare_field: bool, tool_metadata: bool = False
+    server: Any,
+    engine: Engine,
+    *,
+    declare_field: bool,
+    tool_metadata: bool = False,
+    replay_authorization: str | None = None,
 ) -> Installation:
     lowlevel = getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", None)
     target = lowlevel if lowlevel is not None else server
@@ -49,7 +54,9 @@ def adapt(
         # adapter imports the other.
         from . import fastmcp, mcp2
 
-        tools = fastmcp.FastMCPTools(server)
+        tools = fastmcp.FastMCPTools(
+            server, skip_middleware=replay_authorization == "skip_middleware"
+        )
         installation = mcp2.adapt(
             server,
             target,
