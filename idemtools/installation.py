@@ -19,6 +19,7 @@ import anyio
 from .engine import Engine, _store_name
 from .errors import ErrorCodes, InstallError
 from .policy import DEFAULT_POLICY, Policy, Registry, _checked_authorize
+from .scope_fit import Serving, warn_unusable_scopes
 from .scopes import AuthorizeFn
 from .stores.base import Store
 from .telemetry import OnOutcome
@@ -112,7 +113,33 @@ class Installation:
         )
         return False
 
+    _servings: dict[Serving, bool] = field(default_factory=dict, repr=False)
+    """What the server was seen to serve (adapters note it), and whether it was checked."""
+
+    def note_serving(self, serving: Serving) -> None:
+        """An adapter learned what the server serves; its scopes are checked at start-up."""
+        self._servings.setdefault(serving, False)
+
+    async def check_scopes(self, serving: Serving) -> list[str]:
+        """Log one WARNING per tool whose scope cannot work on `serving`; return them.
+
+        idemtools calls this itself when the server starts on a transport it can identify
+        (stdio, the HTTP/SSE app of FastMCP or MCPServer); call it from a custom main that
+        serves a low-level `Server` over HTTP.
+        """
+        self._servings[serving] = True
+        tools = await self.tools()
+        return warn_unusable_scopes(((t.name, t.policy.scope) for t in tools), serving)
+
+    async def _check_servings(self) -> None:
+        for serving in [s for s, checked in self._servings.items() if not checked]:
+            try:
+                await self.check_scopes(serving)
+            except Exception:  # a listing that fails must not stop the server starting
+                log.warning("idemtools could not check the tools' scopes", exc_info=True)
+
     async def _check_once(self) -> None:
+        await self._check_servings()
         if not self._checked:
             self._checked = True
             await self.check_store()

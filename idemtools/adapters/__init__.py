@@ -69,22 +69,46 @@ def adapt(
             list_tools=tools.listing,
         )
         fastmcp.finish(target)
+        fastmcp.watch(server, installation)
         return installation
     if SDK2:
         if isinstance(getattr(target, "middleware", None), list):
             from .mcp2 import adapt as adapt2
 
-            return adapt2(
+            installation = adapt2(
                 server, target, engine, declare_field=declare_field, tool_metadata=tool_metadata
             )
+            _watch_sdk_server(server, target, installation, modern_era=True)
+            return installation
     elif isinstance(getattr(target, "request_handlers", None), dict):
         from .mcp1 import adapt as adapt1
 
-        return adapt1(
+        installation = adapt1(
             server, target, engine, declare_field=declare_field, tool_metadata=tool_metadata
         )
+        _watch_sdk_server(server, target, installation, modern_era=False)
+        return installation
     raise InstallError(
         f"idemtools cannot install on {type(server).__name__}: expected FastMCP or the low-level "
         "Server (mcp 1.x), or MCPServer, the low-level Server or a standalone FastMCP 4.x server "
         f"(mcp 2.x), from the installed mcp {sdk_line()}.x"
+    )
+
+
+def _watch_sdk_server(
+    server: Any, lowlevel: Any, installation: Installation, *, modern_era: bool
+) -> None:
+    """FastMCP (mcp 1.x) and MCPServer (mcp 2.x): note the transport their runners serve, so
+    that scopes that cannot work there are warned about at start-up (`scope_fit`)."""
+    if server is lowlevel:  # a low-level Server: its transport is the caller's own code
+        return
+    from ._serving import watch_entry_points
+
+    settings = getattr(server, "settings", None)
+    watch_entry_points(
+        server,
+        installation,
+        authenticated=lambda: getattr(server, "_token_verifier", None) is not None,
+        stateless_default=lambda: bool(getattr(settings, "stateless_http", False)),
+        modern_era=modern_era,
     )

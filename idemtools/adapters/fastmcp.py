@@ -56,7 +56,7 @@ from . import _fields
 if TYPE_CHECKING:
     from ..engine import Engine, ToolCall
 
-__all__ = ["FastMCPTools", "finish", "issuer", "tool_policy"]
+__all__ = ["FastMCPTools", "finish", "issuer", "tool_policy", "watch"]
 
 log = logging.getLogger("idemtools")
 
@@ -427,3 +427,24 @@ def finish(lowlevel: Any) -> None:
     lowlevel.middleware.insert(0, _Edge())
     _mark_memory_transport(lowlevel)
     _bypass_response_cache()
+
+
+def watch(server: Any, installation: Any) -> None:
+    """Note the transport `run()` / `http_app()` serve, for the start-up scope check."""
+    from ._serving import watch_entry_points
+
+    def stateless_default() -> bool:
+        try:
+            import fastmcp
+
+            return bool(fastmcp.settings.stateless_http)
+        except Exception:
+            return False
+
+    watch_entry_points(
+        server,
+        installation,
+        authenticated=lambda: getattr(server, "auth", None) is not None,
+        stateless_default=stateless_default,
+        modern_era=True,
+    )
