@@ -202,7 +202,7 @@ class _Pending:
     """One keyed call between its two halves: built at the SDK edge (`_decide`), met at the
     innermost point of FastMCP's chain (`_guard`), where the engine's verdict is awaited."""
 
-    __slots__ = ("passes", "placeholder", "reached", "verdict")
+    __slots__ = ("closed", "passes", "placeholder", "reached", "verdict")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.reached: asyncio.Future[None] = loop.create_future()
@@ -210,6 +210,8 @@ class _Pending:
         """True: run the tool. False: the record answers; the chain unwinds with `placeholder`."""
         self.placeholder: Any = None
         self.passes = 0
+        self.closed = False
+        """Answered without reaching the tool: a later pass there must not run it."""
 
 
 _PENDING: ContextVar[_Pending | None] = ContextVar("idemtools_fastmcp_pending", default=None)
@@ -252,6 +254,7 @@ async def _decide(
         chain.cancel()  # nothing was claimed: the caller left before the tool was reached
         raise
     if not pending.reached.done():
+        pending.closed = True
         return chain.result()
     executed = False
 
@@ -319,46 +322,83 @@ def _child_server(tool: Any) -> Any:
 
 
 def _guard(server: Any) -> None:
-    """Make `server.call_tool(run_middleware=False)` the point where keyed calls are decided.
+    """Make the end of `server`'s FastMCP chain the point where keyed calls are decided.
 
-    Why there: FastMCP's chain ends in exactly that call (then tool lookup, argument
-    validation and the tool run), whatever middleware was added before or after `install()`
-    and however the list was changed. A mounted server is guarded when a call first reaches
-    it, so servers mounted after `install()` are covered too.
+    Why there: whatever middleware was added before or after `install()`, and however the list
+    was changed, the chain ends in the same place: the extension interceptors (composed by
+    `_compose_tool_call_interceptors`, where FastMCP has them), then `call_tool(
+    run_middleware=False)` (tool lookup, argument validation, the tool run). The decision sits
+    in front of the interceptors, so an interceptor that answers for the tool (a task queue's
+    task-creation result) is part of the execution and recorded. A mounted server is guarded
+    when a call first reaches it, so servers mounted after `install()` are covered too.
     """
-    original = server.call_tool
+    compose = getattr(server, "_compose_tool_call_interceptors", None)
+    if callable(compose):
+        if getattr(compose, "__idemtools_guard__", False):
+            return
+
+        @functools.wraps(compose)
+        def compose_guarded(call_next: Any) -> Any:
+            inner = compose(call_next)
+
+            async def gate(context: Any) -> Any:
+                if _PENDING.get() is None:
+                    return await inner(context)
+                name = getattr(context.message, "name", None)
+                return await _innermost(server, name, None, lambda: inner(context))
+
+            return gate
+
+        setattr(compose_guarded, "__idemtools_guard__", True)  # noqa: B010
+        server._compose_tool_call_interceptors = compose_guarded
+        return
+    original = server.call_tool  # no interceptors: the chain ends in this call
     if getattr(original, "__idemtools_guard__", False):
         return
 
     @functools.wraps(original)
     async def call_tool(name: str, arguments: dict[str, Any] | None = None, **kwargs: Any) -> Any:
-        pending = _PENDING.get()
-        if pending is None or kwargs.get("run_middleware", True):
+        if _PENDING.get() is None or kwargs.get("run_middleware", True):
             return await original(name, arguments, **kwargs)
-        tool = await server.get_tool(name, version=kwargs.get("version"))
-        child = _child_server(tool)
-        if child is not None:
-            _guard(child)
-            return await original(name, arguments, **kwargs)
-        if tool is None:  # unknown or hidden: FastMCP answers it, and nothing runs
-            return await original(name, arguments, **kwargs)
-        pending.passes += 1
-        if pending.passes > 1:
-            from fastmcp.exceptions import ToolError
-
-            log.warning("a middleware passed keyed call %r to its tool twice; refused", name)
-            raise ToolError("a keyed call reaches its tool once; this second pass was not run")
-        pending.reached.set_result(None)
-        if not await pending.verdict:
-            return pending.placeholder
-        inner = _PENDING.set(None)  # the tool's own nested calls are not this keyed call
-        try:
-            return await original(name, arguments, **kwargs)
-        finally:
-            _PENDING.reset(inner)
+        return await _innermost(
+            server, name, kwargs.get("version"), lambda: original(name, arguments, **kwargs)
+        )
 
     setattr(call_tool, "__idemtools_guard__", True)  # noqa: B010
     server.call_tool = call_tool
+
+
+async def _innermost(
+    server: Any, name: Any, version: Any, proceed: Callable[[], Awaitable[Any]]
+) -> Any:
+    """A keyed call at the end of `server`'s chain: wait for the engine's verdict here."""
+    pending = _PENDING.get()
+    assert pending is not None
+    tool = await server.get_tool(name, version=version) if isinstance(name, str) else None
+    child = _child_server(tool)
+    if child is not None:  # a mounted server's tool: its own chain runs next, decided there
+        _guard(child)
+        return await proceed()
+    if tool is None:  # unknown or hidden: FastMCP answers it, and nothing runs
+        return await proceed()
+    pending.passes += 1
+    if pending.passes > 1 or pending.closed:
+        from fastmcp.exceptions import ToolError
+
+        log.warning(
+            "keyed call %r reached its tool a second time, or after it was answered (a "
+            "middleware calling call_next again or later); that pass was refused, not run",
+            name,
+        )
+        raise ToolError("a keyed call reaches its tool once; this pass was not run")
+    pending.reached.set_result(None)
+    if not await pending.verdict:
+        return pending.placeholder
+    inner = _PENDING.set(None)  # the tool's own nested calls are not this keyed call
+    try:
+        return await proceed()
+    finally:
+        _PENDING.reset(inner)
 
 
 def _bypass_response_cache() -> None:

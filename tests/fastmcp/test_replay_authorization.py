@@ -243,3 +243,34 @@ def test_install_refuses_a_fastmcp_whose_middleware_it_cannot_run_before_replays
     with pytest.raises(InstallError, match="skip_middleware"):
         idemtools.install(server)
     assert idemtools.installation_of(server) is None
+
+
+async def test_an_extension_interceptor_answering_for_the_tool_is_the_recorded_execution() -> None:
+    # FastMCP's extension interceptors run after its middleware and before the tool (a task
+    # queue answers with its task-creation result there). That answer is the execution: it is
+    # recorded and replayed, never produced twice; the middleware still runs on the replay.
+    from fastmcp.server.extensions import ServerExtension
+    from fastmcp.tools import ToolResult
+
+    built = build("custom")
+    queued: list[str] = []
+
+    class Queue(ServerExtension):
+        identifier = "io.github.idemtools/test-queue"
+
+        async def intercept_tool_call(self, params: Any, context: Any, call_next: Any) -> Any:
+            queued.append(params.name)
+            return ToolResult(content=f"queued #{len(queued)}")
+
+    built.server.add_extension(Queue())
+    call = {"name": "invoice", "arguments": {"amount": 4}, "idempotencyKey": "q-1"}
+    with serve(built, stateless=True) as url:
+        async with http_wire(url, MODERN, token("billing")) as alice:
+            first = await alice.call(call)
+            again = await alice.call(call)
+        async with http_wire(url, MODERN, token()) as revoked:
+            refused = await revoked.call(call)
+    assert result_text(first) == "queued #1", first
+    assert answer(again) == answer(first)
+    assert "queued" not in json.dumps(refused) and "billing scope required" in json.dumps(refused)
+    assert queued == ["invoice"] and built.runs == []
