@@ -18,14 +18,14 @@ handles:
   mounted-server tools.
 - FastMCP's own middleware chain (`AuthMiddleware`, custom middleware, a mounted server's
   chain) and a tool's `auth=` run inside the SDK middleware. So the keyed call is *decided*
-  further in: the SDK middleware builds the call, FastMCP's chain runs, and at its innermost
-  point (`call_tool(run_middleware=False)` of the server that holds the tool, before tool
-  run and argument validation) the engine claims, replays or refuses. A replay thus passes
-  every FastMCP middleware exactly as an execution does (see `_decide`).
-- `ResponseCachingMiddleware` runs inside FastMCP's own chain, after idemtools: a keyed call
-  bypasses it both ways (never answered from the cache, never written to it), so every keyed
-  call either executes once or is replayed from the idempotency record. Unkeyed calls are
-  cached as before.
+  further in: the SDK middleware builds the call, FastMCP's chain runs, and at its end (in
+  front of the extension interceptors and `call_tool(run_middleware=False)` of the server
+  that holds the tool: before tool lookup, argument validation and the run) the engine
+  claims, replays or refuses. A replay thus passes every FastMCP middleware exactly as an
+  execution does (see `_decide` and `_guard`).
+- `ResponseCachingMiddleware` runs in FastMCP's own chain: a keyed call bypasses it both ways
+  (never answered from the cache, never written to it), so every keyed call either executes
+  once or is replayed from the idempotency record. Unkeyed calls are cached as before.
 - FastMCP's in-memory `Client(server)` transport is identified as local ("memory"), like the
   SDK's own, so `by_auth_subject` works in FastMCP-style tests; `server.run()` (stdio) is
   identified by the mcp2 adapter. Over HTTP the caller is the access token FastMCP's `auth=`

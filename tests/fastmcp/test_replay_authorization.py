@@ -274,3 +274,17 @@ async def test_an_extension_interceptor_answering_for_the_tool_is_the_recorded_e
     assert answer(again) == answer(first)
     assert "queued" not in json.dumps(refused) and "billing scope required" in json.dumps(refused)
     assert queued == ["invoice"] and built.runs == []
+
+
+async def test_the_decision_still_comes_before_argument_validation() -> None:
+    # semantics.md: decided before validation. The same key with arguments FastMCP would refuse
+    # is a conflict, not a validation error, even with middleware in front.
+    built = build("custom")
+    with serve(built, stateless=True) as url:
+        async with http_wire(url, LEGACY, token("billing")) as alice:
+            await alice.call({"name": "invoice", "arguments": {"amount": 1}, "idempotencyKey": "v"})
+            bad = await alice.call(
+                {"name": "invoice", "arguments": {"amount": "one"}, "idempotencyKey": "v"}
+            )
+    assert bad["error"]["data"]["type"] == "idempotency_key_conflict", bad
+    assert built.runs == [1]
