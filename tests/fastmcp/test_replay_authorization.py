@@ -288,3 +288,54 @@ async def test_the_decision_still_comes_before_argument_validation() -> None:
             )
     assert bad["error"]["data"]["type"] == "idempotency_key_conflict", bad
     assert built.runs == [1]
+
+
+@pytest.mark.parametrize("how", ["cancelled", "disconnected"])
+async def test_a_keyed_call_whose_caller_left_finishes_and_its_retry_replays(how: str) -> None:
+    # Deciding at the end of FastMCP's chain must keep the engine's guarantee: once the tool
+    # started, a caller that cancels or goes away does not stop it; the outcome is recorded.
+    import anyio
+    from fastmcp import Client
+
+    from idemtools.client import NO_RETRY, call_tool
+    from tests.fastmcp.app import make_app, text
+
+    app = make_app(middleware=[RequireNothing()])
+
+    async def keyed(client: Any) -> Any:
+        return await call_tool(
+            client.session, "slow", {"n": 1}, idempotency_key="gone-1", retry=NO_RETRY
+        )
+
+    async def connect_and_call() -> None:
+        async with Client(app.server) as client:
+            if how == "disconnected":  # the whole connection goes while the tool runs
+                await keyed(client)
+                return
+            async with anyio.create_task_group() as calls:  # only the request is cancelled
+                calls.start_soon(keyed, client)
+                with anyio.fail_after(10):
+                    await app.started.wait()
+                calls.cancel_scope.cancel()
+            await anyio.sleep(0.1)  # the client stays connected a little
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(connect_and_call)
+        with anyio.fail_after(10):
+            await app.started.wait()
+        if how == "disconnected":
+            tg.cancel_scope.cancel()
+    app.gate.set()
+    with anyio.fail_after(10):
+        while app.installation.engine.executing:
+            await anyio.sleep(0.02)
+    async with Client(app.server) as client:
+        assert text(await keyed(client)) == "slow 1"
+    assert app.count("slow") == 1
+
+
+class RequireNothing(Middleware):
+    """A middleware in the chain, so that the call is decided at its end."""
+
+    async def on_call_tool(self, context: Any, call_next: Any) -> Any:
+        return await call_next(context)
