@@ -12,13 +12,14 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
 from .engine import Engine, _store_name
 from .errors import ErrorCodes, InstallError
 from .policy import DEFAULT_POLICY, Policy, Registry, _checked_authorize
+from .scope_fit import Serving, warn_unusable_scopes
 from .scopes import AuthorizeFn
 from .stores.base import Store
 from .telemetry import OnOutcome
@@ -112,7 +113,33 @@ class Installation:
         )
         return False
 
+    _servings: dict[Serving, bool] = field(default_factory=dict, repr=False)
+    """What the server was seen to serve (adapters note it), and whether it was checked."""
+
+    def note_serving(self, serving: Serving) -> None:
+        """An adapter learned what the server serves; its scopes are checked at start-up."""
+        self._servings.setdefault(serving, False)
+
+    async def check_scopes(self, serving: Serving) -> list[str]:
+        """Log one WARNING per tool whose scope cannot work on `serving`; return them.
+
+        idemtools calls this itself when the server starts on a transport it can identify
+        (stdio, the HTTP/SSE app of FastMCP or MCPServer); call it from a custom main that
+        serves a low-level `Server` over HTTP.
+        """
+        self._servings[serving] = True
+        tools = await self.tools()
+        return warn_unusable_scopes(((t.name, t.policy.scope) for t in tools), serving)
+
+    async def _check_servings(self) -> None:
+        for serving in [s for s, checked in self._servings.items() if not checked]:
+            try:
+                await self.check_scopes(serving)
+            except Exception:  # a listing that fails must not stop the server starting
+                log.warning("idemtools could not check the tools' scopes", exc_info=True)
+
     async def _check_once(self) -> None:
+        await self._check_servings()
         if not self._checked:
             self._checked = True
             await self.check_store()
@@ -157,6 +184,7 @@ def install(
     on_outcome: OnOutcome | None = None,
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
+    replay_authorization: Literal["skip_middleware"] | None = None,
 ) -> Installation:
     """Make every keyed `tools/call` on `server` idempotent, per SEP-3182.
 
@@ -194,11 +222,21 @@ def install(
             the global one, once the application installs an SDK (see Operations,
             "Observability").
         meter_provider: the meter provider for its metrics; by default the global one.
+        replay_authorization: `"skip_middleware"` means exactly "I accept that replays do
+            not pass my middleware" (FastMCP: its middleware chain, `AuthMiddleware` and a
+            tool's `auth=`); logged at WARNING. By default every FastMCP middleware runs
+            before a keyed call is decided, replays included, and `install()` refuses a
+            server where it cannot arrange that. Other server types need no opt-out: their
+            middlewares already run before replays (mcp 2.x) or they have none (mcp 1.x).
 
     Raises:
         InstallError: the server type is not supported, idemtools is already installed on it,
             or the SDK would drop the key; never returns a silently unprotected server.
     """
+    if replay_authorization not in (None, "skip_middleware"):
+        raise ValueError(
+            f"replay_authorization takes None or 'skip_middleware', got {replay_authorization!r}"
+        )
     if installation_of(server) is not None:
         raise InstallError("idemtools is already installed on this server")
     if store is None:
@@ -221,7 +259,11 @@ def install(
     from .adapters import adapt
 
     installation = adapt(
-        server, engine, declare_field=declare_field, tool_metadata=advertise_tool_metadata
+        server,
+        engine,
+        declare_field=declare_field,
+        tool_metadata=advertise_tool_metadata,
+        replay_authorization=replay_authorization,
     )
     setattr(server, _ATTR, installation)
     return installation

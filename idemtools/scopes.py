@@ -125,6 +125,9 @@ class Scope:
     ) -> None:
         self._fn = fn
         self._builtin = _builtin
+        # Only built-in strategies are probed at start-up (`scope_fit`): a user's own may
+        # have effects or need a real request.
+        self._probeable = _builtin and kind != "composite"
         self.description = description
         self.kind = kind
         """A short machine name for what the scope is keyed on, published in `tools/list`
@@ -158,7 +161,7 @@ class Scope:
             except ScopeUnavailableError:
                 return second(ctx)
 
-        return Scope(
+        combined = Scope(
             first_available,
             f"{self.description}, else {second.description}",
             _builtin=True,
@@ -166,6 +169,8 @@ class Scope:
             name=_combined(self, "|", second, f"{self.description}, else {second.description}"),
             on={t: _either(self.on[t], second.on[t]) for t in TRANSPORTS},
         )
+        combined._probeable = self._probeable and second._probeable
+        return combined
 
     def __and__(self, other: Scope | ScopeFn) -> Scope:
         second = _as_scope(other)
@@ -174,7 +179,7 @@ class Scope:
             # JSON, not a separator: no pair of values can spell another pair.
             return json.dumps(["both", self(ctx), second(ctx)])
 
-        return Scope(
+        combined = Scope(
             both,
             f"{self.description} and {second.description}",
             _builtin=True,
@@ -182,6 +187,8 @@ class Scope:
             name=_combined(self, "&", second, f"{self.description} and {second.description}"),
             on={t: _both(self.on[t], second.on[t]) for t in TRANSPORTS},
         )
+        combined._probeable = self._probeable and second._probeable
+        return combined
 
     def __repr__(self) -> str:
         return f"Scope({self.description!r})"

@@ -40,7 +40,12 @@ def _is_fastmcp(server: Any) -> bool:
 
 
 def adapt(
-    server: Any, engine: Engine, *, declare_field: bool, tool_metadata: bool = False
+    server: Any,
+    engine: Engine,
+    *,
+    declare_field: bool,
+    tool_metadata: bool = False,
+    replay_authorization: str | None = None,
 ) -> Installation:
     lowlevel = getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", None)
     target = lowlevel if lowlevel is not None else server
@@ -49,7 +54,9 @@ def adapt(
         # adapter imports the other.
         from . import fastmcp, mcp2
 
-        tools = fastmcp.FastMCPTools(server)
+        tools = fastmcp.FastMCPTools(
+            server, skip_middleware=replay_authorization == "skip_middleware"
+        )
         installation = mcp2.adapt(
             server,
             target,
@@ -62,22 +69,46 @@ def adapt(
             list_tools=tools.listing,
         )
         fastmcp.finish(target)
+        fastmcp.watch(server, installation)
         return installation
     if SDK2:
         if isinstance(getattr(target, "middleware", None), list):
             from .mcp2 import adapt as adapt2
 
-            return adapt2(
+            installation = adapt2(
                 server, target, engine, declare_field=declare_field, tool_metadata=tool_metadata
             )
+            _watch_sdk_server(server, target, installation, modern_era=True)
+            return installation
     elif isinstance(getattr(target, "request_handlers", None), dict):
         from .mcp1 import adapt as adapt1
 
-        return adapt1(
+        installation = adapt1(
             server, target, engine, declare_field=declare_field, tool_metadata=tool_metadata
         )
+        _watch_sdk_server(server, target, installation, modern_era=False)
+        return installation
     raise InstallError(
         f"idemtools cannot install on {type(server).__name__}: expected FastMCP or the low-level "
         "Server (mcp 1.x), or MCPServer, the low-level Server or a standalone FastMCP 4.x server "
         f"(mcp 2.x), from the installed mcp {sdk_line()}.x"
+    )
+
+
+def _watch_sdk_server(
+    server: Any, lowlevel: Any, installation: Installation, *, modern_era: bool
+) -> None:
+    """FastMCP (mcp 1.x) and MCPServer (mcp 2.x): note the transport their runners serve, so
+    that scopes that cannot work there are warned about at start-up (`scope_fit`)."""
+    if server is lowlevel:  # a low-level Server: its transport is the caller's own code
+        return
+    from ._serving import watch_entry_points
+
+    settings = getattr(server, "settings", None)
+    watch_entry_points(
+        server,
+        installation,
+        authenticated=lambda: getattr(server, "_token_verifier", None) is not None,
+        stateless_default=lambda: bool(getattr(settings, "stateless_http", False)),
+        modern_era=modern_era,
     )

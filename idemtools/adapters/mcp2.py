@@ -212,6 +212,9 @@ class ToolLookup(Protocol):
 
     async def unknown(self, name: str, known_before: bool) -> bool: ...
 
+    # Optional: `async decide(engine, call, run) -> Outcome`, called instead of
+    # `engine.handle(call, run)` where the framework decides the call itself, further in.
+
 
 class IdempotencyMiddleware:
     """The server middleware that puts the SEP-3182 engine in front of `tools/call`."""
@@ -368,7 +371,12 @@ class IdempotencyMiddleware:
             context=_context(ctx, self.issuer, name, arguments),
             policy=policy,
         )
-        outcome = await self.engine.handle(call, run)
+        # A framework may decide the call further in, after its own middleware (FastMCP).
+        decide = getattr(self.lookup, "decide", None)
+        if decide is not None:
+            outcome = await decide(self.engine, call, run)
+        else:
+            outcome = await self.engine.handle(call, run)
         await anyio.lowlevel.checkpoint_if_cancelled()
         if outcome.error is not None:
             error = outcome.error
