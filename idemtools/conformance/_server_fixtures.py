@@ -4,6 +4,7 @@ No `from __future__ import annotations` here: FastMCP and MCPServer read the too
 as objects, and these functions are defined inside `add`.
 """
 
+import inspect
 from typing import Any
 
 import anyio
@@ -81,7 +82,18 @@ def _add_high_level(server: Any, counters: _Counters) -> None:
         return await _dispatch(counters, COUNT, {"label": label})  # type: ignore[no-any-return]
 
     for fn in (sep3182_record, sep3182_record_slow, sep3182_fail, sep3182_count):
-        server.add_tool(fn, name=fn.__name__, description=DESCRIPTIONS[fn.__name__])
+        if _takes_name(server.add_tool):
+            server.add_tool(fn, name=fn.__name__, description=DESCRIPTIONS[fn.__name__])
+        else:  # standalone FastMCP 4.x: add_tool(tool) only; tool(fn, name=...) builds one
+            server.tool(fn, name=fn.__name__, description=DESCRIPTIONS[fn.__name__])
+
+
+def _takes_name(add_tool: Any) -> bool:
+    """FastMCP (mcp 1.x) and MCPServer (mcp 2.x) take `add_tool(fn, name=...)`."""
+    try:
+        return "name" in inspect.signature(add_tool).parameters
+    except (TypeError, ValueError):
+        return True
 
 
 if SDK2:
@@ -164,5 +176,6 @@ def add(server: Any) -> None:
     else:
         raise InstallError(
             f"add_fixture_tools cannot add tools to {type(server).__name__}: expected FastMCP or "
-            "the low-level Server (mcp 1.x), or MCPServer or the low-level Server (mcp 2.x)"
+            "the low-level Server (mcp 1.x), MCPServer or the low-level Server (mcp 2.x), or "
+            "standalone FastMCP 4.x"
         )
