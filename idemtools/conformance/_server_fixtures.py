@@ -82,18 +82,7 @@ def _add_high_level(server: Any, counters: _Counters) -> None:
         return await _dispatch(counters, COUNT, {"label": label})  # type: ignore[no-any-return]
 
     for fn in (sep3182_record, sep3182_record_slow, sep3182_fail, sep3182_count):
-        if _takes_name(server.add_tool):
-            server.add_tool(fn, name=fn.__name__, description=DESCRIPTIONS[fn.__name__])
-        else:  # standalone FastMCP 4.x: add_tool(tool) only; tool(fn, name=...) builds one
-            server.tool(fn, name=fn.__name__, description=DESCRIPTIONS[fn.__name__])
-
-
-def _takes_name(add_tool: Any) -> bool:
-    """FastMCP (mcp 1.x) and MCPServer (mcp 2.x) take `add_tool(fn, name=...)`."""
-    try:
-        return "name" in inspect.signature(add_tool).parameters
-    except (TypeError, ValueError):
-        return True
+        server.add_tool(fn, name=fn.__name__, description=DESCRIPTIONS[fn.__name__])
 
 
 if SDK2:
@@ -164,11 +153,30 @@ else:
         handlers[types.CallToolRequest] = call_tool
 
 
+class _Fastmcp4:
+    """Standalone FastMCP 4.x: `add_tool(tool)` takes a Tool only; `tool(fn, name=...)` builds
+    one from a function, with the same keywords FastMCP (mcp 1.x) and MCPServer take."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def add_tool(self, fn: Any, **options: Any) -> None:
+        self.server.tool(fn, **options)
+
+
+def _takes_name(add_tool: Any) -> bool:
+    """FastMCP (mcp 1.x) and MCPServer (mcp 2.x) take `add_tool(fn, name=...)`."""
+    try:
+        return "name" in inspect.signature(add_tool).parameters
+    except (TypeError, ValueError):
+        return True
+
+
 def add(server: Any) -> None:
     counters = _Counters()
     lowlevel = getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", None)
     if lowlevel is not None and hasattr(server, "add_tool"):
-        _add_high_level(server, counters)
+        _add_high_level(server if _takes_name(server.add_tool) else _Fastmcp4(server), counters)
     elif SDK2 and hasattr(server, "add_request_handler"):
         _add_lowlevel2(server, counters)
     elif not SDK2 and isinstance(getattr(server, "request_handlers", None), dict):
