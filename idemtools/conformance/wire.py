@@ -393,10 +393,10 @@ class StdioWire(Wire):
 
     def _oversized(self, ends: bytes, size: int) -> None:
         """A line over the cap was discarded: fail the request it answers (its id is at one
-        end of the line), or every waiting request when no id of theirs is there."""
+        end of the line), or every waiting request when neither end holds an id."""
         self.noise.oversized += 1
         ids = {int(m) for m in _ID.findall(ends)}
-        hit = [rid for rid in self._pending if rid in ids] or list(self._pending)
+        hit = [rid for rid in self._pending if rid in ids or not ids]
         for rid in hit:
             future = self._pending.pop(rid)
             self._abandoned.append(rid)
