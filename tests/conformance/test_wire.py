@@ -4,12 +4,17 @@ lines over the cap), SSE events, and the noise it counts instead of answers."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from idemtools.cli import main as cli_main
+from idemtools.conformance.runner import DEFAULT_DEADLINE, Options
 from idemtools.conformance.wire import RAW_TEXT, Noise, StdioWire, WireError, _SseEvents
 
 CAP = 1024
@@ -122,3 +127,28 @@ def test_noise_names_only_what_arrived_meanwhile() -> None:
     )
     assert "1 answers with ids the kit never sent (first: '99')" in said
     assert "not JSON" not in said
+
+
+def test_the_default_deadline_leaves_room_for_the_waits_a_run_makes() -> None:
+    assert Options(target="http://x").run_deadline() == DEFAULT_DEADLINE
+    assert Options(target="http://x", retention=100).run_deadline() == DEFAULT_DEADLINE + 50
+    assert Options(target="http://x", retention=100, deadline=7).run_deadline() == 7
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--deadline", "0"], "expected a number of seconds > 0"),
+        (["--timeout", "-1"], "expected a number of seconds > 0"),
+        (["--deadline", "nan"], "expected a number of seconds > 0"),
+        (["--max-message-bytes", "100"], "--max-message-bytes must be at least 1024"),
+    ],
+)
+def test_bounds_that_cannot_work_are_usage_errors(args: list[str], message: str) -> None:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = cli_main(["conformance", *args, "http://127.0.0.1:9/mcp"])
+        except SystemExit as exc:  # argparse's own usage errors
+            code = exc.code  # type: ignore[assignment]
+    assert code == 2 and message in err.getvalue()
