@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from typing import Any
 
@@ -170,12 +171,22 @@ def main(args: argparse.Namespace) -> int:
         return 2
     except Stopped as exc:
         stopped, report = exc, exc.report
-    for line in report.lines():
+    code = report.exit_code()
+    lines = report.lines()
+    if stopped is not None:
+        code = 1 if code == 1 else 2  # a MUST failure stands; otherwise the run is inconclusive
+        if lines and lines[-1] == "conformant":
+            lines[-1] = "incomplete"
+    for line in lines:
         print(line)
     if args.json:
+        data = report.as_json()
+        if stopped is not None:  # added fields only: readers of the earlier shape still work
+            data["stopped"] = {"reason": stopped.reason, "not_run": stopped.not_run}
+            data["summary"]["exit_code"] = code
         try:
             with open(args.json, "w", encoding="utf-8", newline="\n") as out:
-                out.write(report.render_json())
+                out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             print(
                 f"idemtools conformance: error: cannot write {args.json}: {exc.strerror}",
@@ -188,5 +199,4 @@ def main(args: argparse.Namespace) -> int:
             f"{stopped.not_run} checks did not run",
             file=sys.stderr,
         )
-        return 1 if report.exit_code() == 1 else 2  # a MUST failure stands; else inconclusive
-    return report.exit_code()
+    return code

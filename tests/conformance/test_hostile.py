@@ -15,10 +15,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from .kit import HERE, PY, ROOT, free_port
+from .kit import HERE, PY, ROOT, free_port, server_command
 
 pytestmark = pytest.mark.slow
 
@@ -41,6 +42,7 @@ class Run:
     err: str
     elapsed: float
     peak_mib: float
+    report: dict[str, Any]
 
     @property
     def text(self) -> str:
@@ -49,7 +51,9 @@ class Run:
 
 def kit(tmp_path: Path, *args: str, deadline: float) -> Run:
     stats = tmp_path / f"stats-{time.monotonic_ns()}.json"
-    argv = ["conformance", "--timeout", "1", "--deadline", str(deadline), "--slow-ms", "100"]
+    report = tmp_path / f"report-{time.monotonic_ns()}.json"
+    argv = ["conformance", "--json", str(report), "--timeout", "1", "--deadline", str(deadline)]
+    argv += ["--slow-ms", "100"]
     start = time.monotonic()
     proc = subprocess.run(
         [PY, "-c", WRAPPER, str(stats), *argv, *args],
@@ -60,7 +64,8 @@ def kit(tmp_path: Path, *args: str, deadline: float) -> Run:
     )
     elapsed = time.monotonic() - start
     peak = json.loads(stats.read_text())["peak_kib"] / 1024 if stats.exists() else float("nan")
-    run = Run(proc.returncode, proc.stdout, proc.stderr, elapsed, peak)
+    parsed = json.loads(report.read_text()) if report.exists() else {}
+    run = Run(proc.returncode, proc.stdout, proc.stderr, elapsed, peak, parsed)
     assert "Traceback" not in run.err and "never retrieved" not in run.err, run.err
     assert run.code in (1, 2), run.text
     assert run.peak_mib < PEAK_MIB, run.peak_mib
@@ -97,6 +102,22 @@ def test_hang_on_every_call_stops_at_the_deadline(tmp_path: Path) -> None:
     assert run.code == 1, run.text  # the calls that timed out failed their MUST checks
     assert "no answer to tools/call within 1 s" in run.out
     assert "--deadline" in run.err and "did not run" in run.err, run.err
+    assert run.report["stopped"]["not_run"] > 0 and run.report["summary"]["exit_code"] == 1
+
+
+def test_deadline_without_a_failure_is_inconclusive(tmp_path: Path) -> None:
+    """A healthy server and a deadline too short for it: what ran passed, the rest did not run,
+    so the run is neither conformant nor failed: exit 2, never 0."""
+    command = ["--", *server_command("example")]
+    run = kit(tmp_path, "--timeout", "30", "--slow-ms", "10000", *command, deadline=6)
+    assert run.code == 2, run.text
+    assert "--deadline" in run.err, run.err
+    if run.report:  # else the deadline passed while opening, on a very loaded machine
+        assert run.out.splitlines()[-1] == "incomplete", run.out
+        assert run.report["stopped"]["not_run"] > 0 and run.report["summary"]["exit_code"] == 2
+        assert "sep-3182-duplicate-not-executed" in {
+            c["id"] for c in run.report["checks"] if c["status"] == "pass"
+        }
 
 
 def test_giant_line_is_reported_and_later_requests_go_on(tmp_path: Path) -> None:
