@@ -113,7 +113,7 @@ def test_deadline_without_a_failure_is_inconclusive(tmp_path: Path) -> None:
     assert run.code == 2, run.text
     assert "--deadline" in run.err, run.err
     if run.report:  # else the deadline passed while opening, on a very loaded machine
-        assert run.out.splitlines()[-1] == "incomplete", run.out
+        assert run.out.splitlines()[-1].startswith("incomplete"), run.out
         assert run.report["stopped"]["not_run"] > 0 and run.report["summary"]["exit_code"] == 2
         assert "sep-3182-duplicate-not-executed" in {
             c["id"] for c in run.report["checks"] if c["status"] == "pass"
