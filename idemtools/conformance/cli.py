@@ -108,7 +108,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         type=_positive,
         metavar="SECONDS",
         help=f"for the whole run: then it stops and reports (default {DEFAULT_DEADLINE:g}, plus "
-        "half of --retention)",
+        "half of --retention per era)",
     )
     parser.add_argument(
         "--max-message-bytes",

@@ -70,13 +70,13 @@ class Options:
     slow_ms: int = 1500
     timeout: float = 30.0
     retention: float | None = None
-    deadline: float | None = None  # None: DEFAULT_DEADLINE plus half of `retention`
+    deadline: float | None = None  # None: DEFAULT_DEADLINE, plus half of `retention` per era
     max_message: int = DEFAULT_MAX_MESSAGE
 
     def run_deadline(self) -> float:
         if self.deadline is not None:
             return self.deadline
-        return DEFAULT_DEADLINE + (self.retention or 0) / 2
+        return DEFAULT_DEADLINE + (self.retention or 0) / 2 * len(self.eras)
 
     @property
     def is_http(self) -> bool:

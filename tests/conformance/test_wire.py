@@ -131,7 +131,9 @@ def test_noise_names_only_what_arrived_meanwhile() -> None:
 
 def test_the_default_deadline_leaves_room_for_the_waits_a_run_makes() -> None:
     assert Options(target="http://x").run_deadline() == DEFAULT_DEADLINE
-    assert Options(target="http://x", retention=100).run_deadline() == DEFAULT_DEADLINE + 50
+    assert Options(target="http://x", retention=100).run_deadline() == DEFAULT_DEADLINE + 100
+    one = Options(target="http://x", retention=100, eras=("2025-11-25",))
+    assert one.run_deadline() == DEFAULT_DEADLINE + 50
     assert Options(target="http://x", retention=100, deadline=7).run_deadline() == 7
 
 
