@@ -492,8 +492,10 @@ class StdioWire(Wire):
         if proc.stdin is not None:
             with contextlib.suppress(Exception):
                 proc.stdin.close()
+        left = self.budget.left()
+        grace = 3.0 if left is None or left > 0 else 0.5  # past the deadline: no politeness
         try:
-            await asyncio.wait_for(proc.wait(), 3)
+            await asyncio.wait_for(proc.wait(), grace)
         except asyncio.TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()

@@ -66,6 +66,7 @@ def kit(tmp_path: Path, *args: str, deadline: float) -> Run:
     peak = json.loads(stats.read_text())["peak_kib"] / 1024 if stats.exists() else float("nan")
     parsed = json.loads(report.read_text()) if report.exists() else {}
     run = Run(proc.returncode, proc.stdout, proc.stderr, elapsed, peak, parsed)
+    print(f"{args[-1]}: exit {run.code} in {elapsed:.1f} s, peak RSS {peak:.0f} MiB")
     assert "Traceback" not in run.err and "never retrieved" not in run.err, run.err
     assert run.code in (1, 2), run.text
     assert run.peak_mib < PEAK_MIB, run.peak_mib
