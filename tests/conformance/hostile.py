@@ -8,7 +8,9 @@ stdio modes: `hang` (never answers a tools/call), `giant` (answers the first too
 line over 16 MiB, then answers like a server without idempotency), `garbage` (answers every
 tools/call with lines that are not JSON, never an answer), `wrong-id` (answers every tools/call
 with another id), `flood` (on the first tools/call, sends requests of its own forever without
-reading its stdin), `crash` (answers two tools/calls, then exits with status 3).
+reading its stdin), `flood-answer` (before the first answer, 20000 requests of its own without
+reading its stdin, then like a server without idempotency), `crash` (answers two tools/calls,
+then exits with status 3).
 HTTP modes: `drip` (every tools/call answer is an SSE stream that never ends, one comment every
 0.1 s), `bigbody` (an endless SSE body as fast as it can write).
 """
@@ -100,6 +102,10 @@ def stdio(mode: str) -> None:
             while True:  # never reads stdin again: a kit that blocks writing answers deadlocks
                 n += 1
                 send({"jsonrpc": "2.0", "id": f"s{n}", "method": "ping"})
+        if mode == "flood-answer" and counter.calls == 1:  # more than two pipes hold
+            for n in range(20_000):
+                out.write(b'{"jsonrpc": "2.0", "id": "p%d-%d", "method": "ping"}\n' % (rid, n))
+            out.flush()
         if mode == "crash" and counter.calls > 2:
             print("hostile: crashing now", file=sys.stderr, flush=True)
             sys.exit(3)

@@ -148,6 +148,20 @@ def test_flood_of_server_requests_cannot_deadlock_the_reader(tmp_path: Path) -> 
     assert "requests of its own" in run.out, run.text
 
 
+def test_reader_keeps_reading_while_the_server_ignores_its_answers(tmp_path: Path) -> None:
+    """20000 pings before the first answer, none of the kit's answers to them read meanwhile:
+    the reader goes on reading (its answers wait in the bounded outbox or are dropped), and
+    every check is decided on its merits. (Endless, the same flood used to hang the old reader
+    for good: test_flood_of_server_requests_cannot_deadlock_the_reader.)"""
+    run = kit(tmp_path, "--timeout", "10", *stdio("flood-answer"), deadline=60)
+    assert run.code == 1, run.text
+    detail = next(
+        c["detail"] for c in run.report["checks"] if c["id"] == "sep-3182-duplicate-not-executed"
+    )
+    assert "2 executions" in detail, detail  # decided on its merits, not a wire failure
+    assert "wire failure" not in run.out and "stopped" not in run.report, run.text
+
+
 def test_crash_mid_run_stops_the_run(tmp_path: Path) -> None:
     run = kit(tmp_path, "--timeout", "10", *stdio("crash"), deadline=60)
     assert run.elapsed < 10, run.elapsed
