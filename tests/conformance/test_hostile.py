@@ -98,8 +98,8 @@ def http_target(mode: str) -> Iterator[str]:
 
 
 def test_hang_on_every_call_stops_at_the_deadline(tmp_path: Path) -> None:
-    run = kit(tmp_path, *stdio("hang"), deadline=4)
-    assert run.elapsed < 4 + 6, run.elapsed  # not 11 x --timeout per era
+    run = kit(tmp_path, *stdio("hang"), deadline=6)
+    assert run.elapsed < 6 + 6, run.elapsed  # not 11 x --timeout per era
     assert run.code == 1, run.text  # the calls that timed out failed their MUST checks
     assert "no answer to tools/call within 1 s" in run.out
     assert "--deadline" in run.err and "did not run" in run.err, run.err
@@ -131,20 +131,20 @@ def test_giant_line_is_reported_and_later_requests_go_on(tmp_path: Path) -> None
 
 
 def test_garbage_is_reported_as_garbage(tmp_path: Path) -> None:
-    run = kit(tmp_path, *stdio("garbage"), deadline=3)
-    assert run.elapsed < 3 + 6, run.elapsed
+    run = kit(tmp_path, *stdio("garbage"), deadline=5)
+    assert run.elapsed < 5 + 6, run.elapsed
     assert "not JSON" in run.out, run.text
 
 
 def test_wrong_ids_are_reported_as_wrong_ids(tmp_path: Path) -> None:
-    run = kit(tmp_path, *stdio("wrong-id"), deadline=3)
-    assert run.elapsed < 3 + 6, run.elapsed
+    run = kit(tmp_path, *stdio("wrong-id"), deadline=5)
+    assert run.elapsed < 5 + 6, run.elapsed
     assert "ids the kit never sent" in run.out, run.text
 
 
 def test_flood_of_server_requests_cannot_deadlock_the_reader(tmp_path: Path) -> None:
-    run = kit(tmp_path, *stdio("flood"), deadline=3)
-    assert run.elapsed < 3 + 6, run.elapsed
+    run = kit(tmp_path, *stdio("flood"), deadline=5)
+    assert run.elapsed < 5 + 6, run.elapsed
     assert "requests of its own" in run.out, run.text
 
 
@@ -173,8 +173,8 @@ def test_crash_mid_run_stops_the_run(tmp_path: Path) -> None:
 
 def test_endless_sse_body_is_bounded_by_the_request_deadline(tmp_path: Path) -> None:
     with http_target("drip") as url:
-        run = kit(tmp_path, url, deadline=3)
-    assert run.elapsed < 3 + 6, run.elapsed
+        run = kit(tmp_path, url, deadline=5)
+    assert run.elapsed < 5 + 6, run.elapsed
     assert "no answer to tools/call within 1 s" in run.out, run.text
 
 
