@@ -27,10 +27,11 @@ __all__ = [
 def add_fixture_tools(server: Any) -> None:
     """Add the conformance fixture tools to `server`, so `idemtools conformance` can test it.
 
-    Works on FastMCP and the low-level `Server` (mcp 1.x) and on MCPServer and the low-level
-    `Server` (mcp 2.x). The tools carry no `@idempotent` policy: they take the server's default,
-    which is what a client meets on any tool it did not write. Counters live on the server
-    object, one set per server, shared by all callers (the scope check needs that).
+    Works on FastMCP and the low-level `Server` (mcp 1.x), on MCPServer and the low-level
+    `Server` (mcp 2.x), and on standalone FastMCP 4.x (`fastmcp`). The tools carry no
+    `@idempotent` policy: they take the server's default, which is what a client meets on any
+    tool it did not write. Counters live on the server object, one set per server, shared by
+    all callers (the scope check needs that).
 
     On an mcp 1.x low-level `Server`, call it before `idemtools.install()`: that line's
     `tools/call` handler is a single dict entry, and the fixtures wrap whatever is there.

@@ -4,6 +4,7 @@ No `from __future__ import annotations` here: FastMCP and MCPServer read the too
 as objects, and these functions are defined inside `add`.
 """
 
+import inspect
 from typing import Any
 
 import anyio
@@ -152,11 +153,37 @@ else:
         handlers[types.CallToolRequest] = call_tool
 
 
+class _Fastmcp4:
+    """Standalone FastMCP 4.x: `add_tool(tool)` takes a Tool only; `tool(fn, name=...)` builds
+    one from a function, with the same keywords FastMCP (mcp 1.x) and MCPServer take.
+
+    `sep3182_throw` is not listed here: FastMCP 4 turns an MCPError a tool raises into an
+    `isError` result (as mcp 1.x FastMCP does), so it could not answer a JSON-RPC error; the kit
+    skips the checks that need it and names the fixture.
+    """
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def add_tool(self, fn: Any, **options: Any) -> None:
+        if options.get("name", getattr(fn, "__name__", None)) == "sep3182_throw":
+            return
+        self.server.tool(fn, **options)
+
+
+def _takes_name(add_tool: Any) -> bool:
+    """FastMCP (mcp 1.x) and MCPServer (mcp 2.x) take `add_tool(fn, name=...)`."""
+    try:
+        return "name" in inspect.signature(add_tool).parameters
+    except (TypeError, ValueError):
+        return True
+
+
 def add(server: Any) -> None:
     counters = _Counters()
     lowlevel = getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", None)
     if lowlevel is not None and hasattr(server, "add_tool"):
-        _add_high_level(server, counters)
+        _add_high_level(server if _takes_name(server.add_tool) else _Fastmcp4(server), counters)
     elif SDK2 and hasattr(server, "add_request_handler"):
         _add_lowlevel2(server, counters)
     elif not SDK2 and isinstance(getattr(server, "request_handlers", None), dict):
@@ -164,5 +191,6 @@ def add(server: Any) -> None:
     else:
         raise InstallError(
             f"add_fixture_tools cannot add tools to {type(server).__name__}: expected FastMCP or "
-            "the low-level Server (mcp 1.x), or MCPServer or the low-level Server (mcp 2.x)"
+            "the low-level Server (mcp 1.x), MCPServer or the low-level Server (mcp 2.x), or "
+            "standalone FastMCP 4.x"
         )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from typing import Any
 
 from .checks import CHECKS
 from .report import Baseline, BaselineError
-from .runner import ERAS, Options, TargetError, run
+from .runner import DEFAULT_DEADLINE, ERAS, Options, Stopped, TargetError, run
+from .wire import DEFAULT_MAX_MESSAGE
 
 __all__ = ["add_parser", "main"]
 
@@ -18,7 +20,8 @@ TARGET is a streamable HTTP URL (http://127.0.0.1:8000/mcp) or, after `--`, the 
 a stdio server (idemtools conformance -- node server.js). The target must expose the fixture
 tools (docs/conformance.md). Exit status: 0 every MUST check passed (after the baseline), 1 a
 MUST check failed or a baseline entry is stale, 2 the target cannot be reached, serves no
-requested era, or lacks the fixtures.
+requested era, or lacks the fixtures. A run that stops early (--deadline passed, or the target
+went away) prints what it decided and exits 1 if a MUST check had failed by then, else 2.
 """
 
 
@@ -27,6 +30,16 @@ def _header(value: str) -> tuple[str, str]:
     if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
         raise argparse.ArgumentTypeError(f"expected 'Name: value', got {value!r}")
     return name.strip(), rest.strip()
+
+
+def _positive(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {value!r}")
+    return seconds
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -84,7 +97,26 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="how long the in-progress original runs (default 1500)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=30.0, metavar="SECONDS", help="per request (default 30)"
+        "--timeout",
+        type=_positive,
+        default=30.0,
+        metavar="SECONDS",
+        help="for each whole answer, sending included (default 30)",
+    )
+    parser.add_argument(
+        "--deadline",
+        type=_positive,
+        metavar="SECONDS",
+        help=f"for the whole run: then it stops and reports (default {DEFAULT_DEADLINE:g}, plus "
+        "half of --retention per era)",
+    )
+    parser.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE,
+        metavar="BYTES",
+        help="the largest stdio line, HTTP body or SSE stream the kit reads (default "
+        f"{DEFAULT_MAX_MESSAGE}, 16 MiB)",
     )
     parser.add_argument("target", nargs="+", metavar="TARGET", help="URL, or -- COMMAND...")
     return parser
@@ -106,6 +138,12 @@ def main(args: argparse.Namespace) -> int:
     if args.slow_ms < 50:
         print("idemtools conformance: error: --slow-ms must be at least 50", file=sys.stderr)
         return 2
+    if args.max_message_bytes < 1024:
+        print(
+            "idemtools conformance: error: --max-message-bytes must be at least 1024",
+            file=sys.stderr,
+        )
+        return 2
     try:
         baseline = Baseline.load(args.baseline, CHECKS) if args.baseline else Baseline()
     except BaselineError as exc:
@@ -122,22 +160,43 @@ def main(args: argparse.Namespace) -> int:
         slow_ms=args.slow_ms,
         timeout=args.timeout,
         retention=args.retention,
+        deadline=args.deadline,
+        max_message=args.max_message_bytes,
     )
+    stopped: Stopped | None = None
     try:
         report = asyncio.run(run(options))
     except TargetError as exc:
         print(f"idemtools conformance: error: {exc}", file=sys.stderr)
         return 2
-    for line in report.lines():
+    except Stopped as exc:
+        stopped, report = exc, exc.report
+    code = report.exit_code()
+    lines = report.lines()
+    if stopped is not None:
+        code = 1 if code == 1 else 2  # a MUST failure stands; otherwise the run is inconclusive
+        if lines and lines[-1] == "conformant":
+            lines[-1] = "incomplete"
+    for line in lines:
         print(line)
     if args.json:
+        data = report.as_json()
+        if stopped is not None:  # added fields only: readers of the earlier shape still work
+            data["stopped"] = {"reason": stopped.reason, "not_run": stopped.not_run}
+            data["summary"]["exit_code"] = code
         try:
             with open(args.json, "w", encoding="utf-8", newline="\n") as out:
-                out.write(report.render_json())
+                out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             print(
                 f"idemtools conformance: error: cannot write {args.json}: {exc.strerror}",
                 file=sys.stderr,
             )
             return 2
-    return report.exit_code()
+    if stopped is not None:
+        print(
+            f"idemtools conformance: error: the run stopped early: {stopped.reason}; "
+            f"{stopped.not_run} checks did not run",
+            file=sys.stderr,
+        )
+    return code

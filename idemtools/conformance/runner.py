@@ -1,24 +1,59 @@
-"""Run every check against one target, in each protocol era it serves, and build the report."""
+"""Run every check against one target, in each protocol era it serves, and build the report.
+
+A run has one overall deadline (`Options.deadline`, shared by every connection it opens) and
+stops early when the deadline passes or the target goes away (`Stopped`, carrying the report of
+what was decided): a target that hangs on every call costs the deadline, not every check's
+timeout.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
 import shlex
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from .checks import CHECKS, SCENARIOS, Context, OpenError, WireOpener
+from .checks import CHECKS, SCENARIOS, Context, OpenError, Outcomes, WireOpener
 from .contract import FIXTURE_TOOLS
 from .report import Baseline, Report, Result
-from .wire import LEGACY, MODERN, HttpWire, StdioWire, Wire, WireError
+from .wire import (
+    DEFAULT_MAX_MESSAGE,
+    LEGACY,
+    MODERN,
+    Budget,
+    DeadlineReached,
+    HttpWire,
+    StdioWire,
+    TargetGone,
+    Wire,
+    WireError,
+)
 
-__all__ = ["ERAS", "Options", "TargetError", "run"]
+__all__ = ["DEFAULT_DEADLINE", "ERAS", "Options", "Stopped", "TargetError", "run"]
 
 ERAS = (LEGACY, MODERN)
+# A healthy run takes 10-20 s (both eras, the default --slow-ms); a server that needs 300 s is
+# hanging, not slow. The waits a run makes on purpose (half of --retention) come on top.
+DEFAULT_DEADLINE = 300.0
 
 
 class TargetError(Exception):
     """The target cannot be reached, serves no requested era, or lacks the fixtures (exit 2)."""
+
+
+class Stopped(Exception):
+    """The run stopped before every check ran: its deadline passed, or the target went away.
+    `report` holds what was decided; the checks that did not run are `skip` results."""
+
+    def __init__(self, report: Report, reason: str, not_run: int) -> None:
+        super().__init__(reason)
+        self.report = report
+        self.reason = reason
+        self.not_run = not_run
 
 
 @dataclass
@@ -35,6 +70,13 @@ class Options:
     slow_ms: int = 1500
     timeout: float = 30.0
     retention: float | None = None
+    deadline: float | None = None  # None: DEFAULT_DEADLINE, plus half of `retention` per era
+    max_message: int = DEFAULT_MAX_MESSAGE
+
+    def run_deadline(self) -> float:
+        if self.deadline is not None:
+            return self.deadline
+        return DEFAULT_DEADLINE + (self.retention or 0) / 2 * len(self.eras)
 
     @property
     def is_http(self) -> bool:
@@ -45,7 +87,7 @@ class Options:
 
 
 def _opener(
-    options: Options, era: str, *, url: str | None = None, second: bool = False
+    options: Options, era: str, budget: Budget, *, url: str | None = None, second: bool = False
 ) -> WireOpener:
     async def open_() -> Wire:
         wire: HttpWire | StdioWire
@@ -55,9 +97,18 @@ def _opener(
                 lowered = {k.lower() for k in options.second_headers}
                 headers = {k: v for k, v in headers.items() if k.lower() not in lowered}
                 headers.update(options.second_headers)
-            wire = HttpWire(url or str(options.target), era, options.timeout, headers)
+            wire = HttpWire(
+                url or str(options.target),
+                era,
+                options.timeout,
+                headers,
+                budget=budget,
+                max_message=options.max_message,
+            )
         else:
-            wire = StdioWire(options.target, era, options.timeout)
+            wire = StdioWire(
+                options.target, era, options.timeout, budget, max_message=options.max_message
+            )
         await wire.start()
         try:
             await wire.open()
@@ -86,65 +137,96 @@ async def _check_fixtures(wire: Wire) -> None:
 
 async def run(options: Options) -> Report:
     """Connect in each era, check the fixtures, run every scenario; never raises for a failing
-    check, only TargetError when there is nothing to check."""
+    check, only TargetError when there is nothing to check and Stopped when the run ended
+    early."""
     run_id = uuid.uuid4().hex[:8]
+    budget = Budget(options.run_deadline())
     served: list[tuple[str, Wire]] = []
     refusals: list[str] = []
-    try:
-        for era in options.eras:
-            try:
-                wire = await _opener(options, era)()
-            except WireError as exc:
-                if options.era_required:
+    with _quiet_leftovers():
+        try:
+            for era in options.eras:
+                try:
+                    wire = await _opener(options, era, budget)()
+                except WireError as exc:
+                    if options.era_required or isinstance(exc, DeadlineReached):
+                        raise TargetError(f"{options.describe()}: {exc}") from None
+                    refusals.append(f"{era}: {exc}")
+                    continue
+                served.append((era, wire))
+            if not served:
+                raise TargetError(
+                    f"{options.describe()}: no protocol era served ({'; '.join(refusals)})"
+                )
+            for _era, wire in served:
+                try:
+                    await _check_fixtures(wire)
+                except WireError as exc:
                     raise TargetError(f"{options.describe()}: {exc}") from None
-                refusals.append(f"{era}: {exc}")
-                continue
-            served.append((era, wire))
-        if not served:
-            raise TargetError(
-                f"{options.describe()}: no protocol era served ({'; '.join(refusals)})"
+            report = Report(
+                target=options.describe(),
+                eras=[era for era, _ in served],
+                baseline=options.baseline,
             )
-        for _era, wire in served:
-            try:
-                await _check_fixtures(wire)
-            except WireError as exc:
-                raise TargetError(f"{options.describe()}: {exc}") from None
-        report = Report(
-            target=options.describe(), eras=[era for era, _ in served], baseline=options.baseline
-        )
-        for era, wire in served:
-            await _run_era(options, era, wire, run_id, report)
-        return report
-    finally:
-        for _era, wire in served:
-            await wire.aclose()
+            stop: str | None = None
+            for era, wire in served:
+                stop = await _run_era(options, era, wire, run_id, report, budget, stop)
+            if stop is not None:
+                not_run = sum(1 for r in report.results if r.detail.startswith(_NOT_RUN))
+                raise Stopped(report, stop, not_run)
+            return report
+        finally:
+            for _era, wire in served:
+                await wire.aclose()
 
 
-async def _run_era(options: Options, era: str, wire: Wire, run_id: str, report: Report) -> None:
+_NOT_RUN = "did not run: "
+
+
+async def _run_era(
+    options: Options,
+    era: str,
+    wire: Wire,
+    run_id: str,
+    report: Report,
+    budget: Budget,
+    stop: str | None,
+) -> str | None:
+    """Every scenario of one era; returns why the run stopped (then, or before: `stop`)."""
     ctx = Context(era=era, wire=wire, run_id=run_id, slow_ms=options.slow_ms)
     if options.is_http and options.second_headers is not None:
-        ctx.second_caller = _opener(options, era, second=True)
+        ctx.second_caller = _opener(options, era, budget, second=True)
     elif not options.is_http:
         ctx.second_caller_why_not = (
             "stdio: the authorization boundary is the process's local user; one stdio server "
             "has one caller"
         )
     if options.also is not None:
-        ctx.other_instance = _opener(options, era, url=options.also)
+        ctx.other_instance = _opener(options, era, budget, url=options.also)
     if era == report.eras[0]:
         ctx.retention = options.retention  # waits in real time: once per run is enough
     try:
         for scenario in SCENARIOS:
             if era not in scenario.eras:
                 continue
-            try:
-                outcomes = await scenario.run(ctx)
-            except OpenError as exc:
-                raise TargetError(
-                    f"{scenario.checks[0]}: cannot open its connection: {exc}"
-                ) from None
-            except WireError as exc:
-                outcomes = dict.fromkeys(scenario.checks, ("fail", f"wire failure: {exc}"))
+            outcomes: Outcomes
+            if stop is not None:
+                outcomes = dict.fromkeys(scenario.checks, ("skip", f"{_NOT_RUN}{stop}"))
+            else:
+                try:
+                    outcomes = await _scenario(scenario.run, ctx, budget)
+                except OpenError as exc:
+                    raise TargetError(
+                        f"{scenario.checks[0]}: cannot open its connection: {exc}"
+                    ) from None
+                except DeadlineReached as exc:
+                    stop = str(exc)
+                    outcomes = dict.fromkeys(scenario.checks, ("skip", f"not decided: {exc}"))
+                except TargetGone as exc:
+                    stop = str(exc)
+                    outcomes = dict.fromkeys(scenario.checks, ("fail", f"wire failure: {exc}"))
+                except WireError as exc:
+                    outcomes = dict.fromkeys(scenario.checks, ("fail", f"wire failure: {exc}"))
             for check_id in scenario.checks:
                 info = CHECKS[check_id]
                 status, detail = outcomes[check_id]
@@ -153,3 +235,42 @@ async def _run_era(options: Options, era: str, wire: Wire, run_id: str, report: 
                 )
     finally:
         await ctx.aclose()
+    return stop
+
+
+async def _scenario(
+    run: Callable[[Context], Awaitable[Outcomes]], ctx: Context, budget: Budget
+) -> Outcomes:
+    """One scenario within what is left of the run: its requests are bounded by the wire, and
+    whatever else it waits for (a retention window, a sleep) by this."""
+    left = budget.left()
+    if left is not None and left <= 0:
+        raise budget.reached("before this check")
+    try:
+        return await asyncio.wait_for(run(ctx), None if left is None else left + 0.5)
+    except asyncio.TimeoutError:
+        raise budget.reached("during this check") from None
+
+
+@contextlib.contextmanager
+def _quiet_leftovers() -> Iterator[None]:
+    """A scenario that stops waiting for one of two concurrent calls (the in-progress pair)
+    leaves the other's WireError unretrieved; the check already reported it, so asyncio's
+    "Task exception was never retrieved" is noise. Anything else goes to the default handler."""
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if isinstance(context.get("exception"), WireError):
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+    try:
+        yield
+    finally:
+        gc.collect()  # finalize those leftover tasks now, while the handler is ours
+        loop.set_exception_handler(previous)

@@ -4,6 +4,8 @@
 - `example-no-install`: the same server with `idemtools.install` replaced by a no-op before the
   example is imported: everything else (auth, tools, transports) unchanged.
 - `lowlevel`: a low-level `Server` of the installed mcp line, fixtures added, then install().
+- `highlevel`: FastMCP (mcp 1.x) or MCPServer (mcp 2.x) with only the fixtures, then install().
+  `lowlevel` and `highlevel` take `--no-install`: the same server, idemtools never installed.
 - `short-retention`: the example's server kind with only the fixtures, every record kept
   `IDEMTOOLS_TEST_RETENTION` seconds (the server default policy).
 
@@ -25,14 +27,15 @@ from idemtools.adapters import SDK2
 from idemtools.conformance import add_fixture_tools
 
 
-def lowlevel() -> None:
+def lowlevel(argv: list[str]) -> None:
     import anyio
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
 
     server: Any = Server("lowlevel-fixtures")
     add_fixture_tools(server)
-    idemtools.install(server)
+    if "--no-install" not in argv:
+        idemtools.install(server)
 
     async def serve() -> None:
         # A low-level server driven by hand declares its local transport (idemtools does this
@@ -42,6 +45,18 @@ def lowlevel() -> None:
                 await server.run(read, write, server.create_initialization_options())
 
     anyio.run(serve)
+
+
+def highlevel(argv: list[str]) -> None:
+    if SDK2:
+        from mcp.server.mcpserver import MCPServer as Server
+    else:
+        from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,assignment]
+    server = Server("highlevel-fixtures")
+    add_fixture_tools(server)
+    if "--no-install" not in argv:
+        idemtools.install(server)
+    server.run()
 
 
 def short_retention() -> None:
@@ -58,7 +73,9 @@ def short_retention() -> None:
 
 def main(kind: str, argv: list[str]) -> None:
     if kind == "lowlevel":
-        return lowlevel()
+        return lowlevel(argv)
+    if kind == "highlevel":
+        return highlevel(argv)
     if kind == "short-retention":
         return short_retention()
     if kind == "example-no-install":
