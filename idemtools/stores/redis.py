@@ -542,10 +542,13 @@ class RedisStore:
             await self._check_policy_now(key)
 
     async def _read_memory_info(self) -> Any:
+        # Every node of a Cluster, replicas too (a failover promotes them); redis-py would
+        # ask its default node alone.
+        options = {"target_nodes": "all"} if self._gate is not None else {}
         try:
-            return await self._client.info("memory")
+            return await self._client.info("memory", **options)
         except _CONNECTION_ERRORS:
-            return await self._client.info("memory")  # once more, on a fresh connection
+            return await self._client.info("memory", **options)  # once more, a fresh connection
 
     async def _check_policy_now(self, key: str) -> None:
         self._policy_due = False
