@@ -37,7 +37,9 @@ the engine's `max_outcome_bytes`, 1 MiB by default).
 from __future__ import annotations
 
 import functools
+import hashlib
 import heapq
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -45,7 +47,16 @@ from collections.abc import Callable
 from cachetools import Cache, TLRUCache
 
 from ..errors import QuotaExceededError, StoreFullError
+from ..outcome import TOMBSTONE_RESERVE, tombstone
 from .base import Claim, Record, Status
+
+log = logging.getLogger("idemtools")
+
+
+def key_digest(key: str) -> str:
+    """The key's hash prefix as the engine logs it (`idemtools.key_digest`): never the key."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
 
 __all__ = ["RECORD_OVERHEAD", "MemoryStore"]
 
@@ -119,7 +130,8 @@ class _Claims:
     def __init__(self, counts: dict[bytes, int] | None) -> None:
         self.entries: dict[bytes, _Entry] = {}
         self.heap: list[tuple[float, bytes]] = []
-        self.bytes = 0  # sum of `_sizeof` over the entries (claims have no outcome)
+        # Sum over the entries of their base plus the room their tombstone may need.
+        self.bytes = 0
         self.counts = counts
 
     def add(self, rid: bytes, entry: _Entry, now: float) -> None:
@@ -128,11 +140,11 @@ class _Claims:
             self.expire(now)
         old = self.entries.get(rid)
         if old is not None:
-            self.bytes -= old.base
+            self.bytes -= old.base + TOMBSTONE_RESERVE
         elif self.counts is not None:
             _count(self.counts, rid, 1)
         self.entries[rid] = entry
-        self.bytes += entry.base
+        self.bytes += entry.base + TOMBSTONE_RESERVE
         self.moved(rid, entry)
 
     def moved(self, rid: bytes, entry: _Entry) -> None:
@@ -146,7 +158,7 @@ class _Claims:
     def remove(self, rid: bytes) -> None:
         entry = self.entries.pop(rid, None)
         if entry is not None:
-            self.bytes -= entry.base
+            self.bytes -= entry.base + TOMBSTONE_RESERVE
             if self.counts is not None:
                 _count(self.counts, rid, -1)
 
@@ -294,6 +306,8 @@ class MemoryStore:
         self.max_bytes = max_bytes
         self.max_records_per_scope = max_records_per_scope
         self._clock = clock
+        self.outcomes_not_kept = 0
+        """Completions recorded as a tombstone because the outcome did not fit `max_bytes`."""
         # The caches must never evict: `claim` checks every bound first, and `complete` may go
         # over `max_bytes`, so their own maxsize (in bytes, via getsizeof) is unreachable.
         self._per_scope: dict[bytes, int] = {}
@@ -369,7 +383,7 @@ class MemoryStore:
             # a store (or scope) near a bound pays for expiring both caches and looking again.
             if (
                 len(running.entries) + _size(done) >= self.max_records
-                or running.bytes + _bytes(done) + entry.base > self.max_bytes
+                or running.bytes + _bytes(done) + entry.base + TOMBSTONE_RESERVE > self.max_bytes
                 or (
                     self.max_records_per_scope is not None
                     and self._per_scope.get(_scope_of(rid), 0) >= self.max_records_per_scope
@@ -399,7 +413,7 @@ class MemoryStore:
                 f"memory store holds its maximum of {self.max_records} live records",
                 key=key,
             )
-        if running.bytes + _bytes(done) + entry.base > self.max_bytes:
+        if running.bytes + _bytes(done) + entry.base + TOMBSTONE_RESERVE > self.max_bytes:
             raise StoreFullError(
                 f"memory store holds its maximum of {self.max_bytes} bytes of records",
                 key=key,
@@ -444,17 +458,39 @@ class MemoryStore:
                 # Late completion: our own claim, live or not, as long as nobody re-claimed.
                 if _owner_of(claim.meta) != owner:
                     return False
-                running.remove(rid)
+                running.remove(rid)  # frees its bytes, the tombstone's room included
                 entry = claim
             elif fingerprint is not None:
                 # Our lease ran out and the expired claim is gone: nobody claimed since.
                 entry = _Entry(_pack(fingerprint, owner), now, len(rid))
             else:
                 return False
+            if running.bytes + _bytes(done) + entry.base + len(outcome) > self.max_bytes:
+                self._expire(now)
+                if running.bytes + _bytes(done) + entry.base + len(outcome) > self.max_bytes:
+                    outcome = self._not_kept(outcome, key)
             entry.outcome = outcome
             entry.expires = now + retention
             self._done[rid] = entry
             return True
+
+    def _not_kept(self, outcome: bytes, key: str) -> bytes:
+        """The tombstone recorded in place of an outcome that does not fit `max_bytes`.
+
+        It fits whenever the claim was still here (its reserved room was just freed); a late
+        completion whose claim had already expired away has no reservation, and its tombstone
+        is the one write let past the budget (a few hundred bytes), rather than lose the
+        record and let a retry run the tool again.
+        """
+        self.outcomes_not_kept += 1
+        log.warning(
+            "memory store: an outcome of %d bytes does not fit max_bytes=%d; kept a tombstone "
+            "(retries get idempotency_outcome_not_kept) key_digest=%s",
+            len(outcome),
+            self.max_bytes,
+            key_digest(key),
+        )
+        return tombstone(len(outcome))
 
     async def release(self, scope: str, key: str, owner: str) -> bool:
         rid = self._id(scope, key)

@@ -94,6 +94,8 @@ After `aclose()` every operation raises `StoreUnavailableError`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import logging
 import os
 import sqlite3
 import threading
@@ -105,9 +107,12 @@ import anyio
 import anyio.to_thread
 
 from ..errors import QuotaExceededError, RefusedError, StoreFullError, StoreUnavailableError
+from ..outcome import TOMBSTONE_RESERVE, tombstone
 from .base import Claim, Record, Status
 
 __all__ = ["RECORD_OVERHEAD", "SQLiteStore"]
+
+log = logging.getLogger("idemtools")
 
 T = TypeVar("T")
 
@@ -122,7 +127,8 @@ def _row_bytes(row: str) -> str:
     """SQL for the bytes a row counts; `row` is NEW or OLD in a trigger, or the table."""
     return (
         f"(2 * (length({row}.scope) + length({row}.key)) + length(CAST({row}.fingerprint AS BLOB))"
-        f" + length(CAST({row}.owner AS BLOB)) + coalesce(length({row}.outcome), 0)"
+        f" + length(CAST({row}.owner AS BLOB))"
+        f" + coalesce(length({row}.outcome), {TOMBSTONE_RESERVE})"
         f" + {RECORD_OVERHEAD})"
     )
 
@@ -146,11 +152,15 @@ _SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {_USAGE} "
     "(id INTEGER PRIMARY KEY CHECK (id = 1), bytes INTEGER NOT NULL)",
     f"INSERT OR IGNORE INTO {_USAGE} (id, bytes) VALUES (1, 0)",
-    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes_insert AFTER INSERT ON {_TABLE} BEGIN "
+    # Version 1 of these triggers counted no tombstone room for a claim (see Capacity).
+    f"DROP TRIGGER IF EXISTS {_TABLE}_bytes_insert",
+    f"DROP TRIGGER IF EXISTS {_TABLE}_bytes_delete",
+    f"DROP TRIGGER IF EXISTS {_TABLE}_bytes_update",
+    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes2_insert AFTER INSERT ON {_TABLE} BEGIN "
     f"UPDATE {_USAGE} SET bytes = bytes + {_row_bytes('NEW')} WHERE id = 1; END",
-    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes_delete AFTER DELETE ON {_TABLE} BEGIN "
+    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes2_delete AFTER DELETE ON {_TABLE} BEGIN "
     f"UPDATE {_USAGE} SET bytes = bytes - {_row_bytes('OLD')} WHERE id = 1; END",
-    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes_update "
+    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes2_update "
     f"AFTER UPDATE OF scope, key, fingerprint, owner, outcome ON {_TABLE} BEGIN "
     f"UPDATE {_USAGE} SET bytes = bytes + {_row_bytes('NEW')} - {_row_bytes('OLD')} "
     "WHERE id = 1; END",
@@ -165,9 +175,9 @@ _SCOPE_INDEX = f"CREATE INDEX IF NOT EXISTS {_TABLE}_scope_expires ON {_TABLE} (
 
 
 def _size(scope: bytes, key: bytes, fingerprint: str, owner: str) -> int:
-    """The bytes an in-progress row counts: `_row_bytes` in Python."""
+    """The bytes an in-progress row counts (its tombstone's room included): `_row_bytes`."""
     fp, ow = _b(fingerprint), _b(owner)
-    return 2 * (len(scope) + len(key)) + len(fp) + len(ow) + RECORD_OVERHEAD
+    return 2 * (len(scope) + len(key)) + len(fp) + len(ow) + RECORD_OVERHEAD + TOMBSTONE_RESERVE
 
 
 _SELECT = (
@@ -238,6 +248,8 @@ class SQLiteStore:
         self._closed = False
         self._lock = threading.Lock()
         self._limiter: anyio.CapacityLimiter | None = None
+        self.outcomes_not_kept = 0
+        """Completions recorded as a tombstone because the outcome did not fit `max_bytes`."""
 
     def __repr__(self) -> str:
         return (
@@ -462,6 +474,20 @@ class SQLiteStore:
         s, k, data = _b(scope), _b(key), bytes(outcome)
 
         def op(conn: sqlite3.Connection, now: float) -> bool:
+            nonlocal data
+            ours = conn.execute(
+                f"SELECT 1 FROM {_TABLE} WHERE scope = ? AND key = ? AND owner = ? "
+                "AND status = 'in_progress'",
+                (s, k, owner),
+            ).fetchone()
+            if ours is None and fingerprint is None:
+                return False
+            # What the completed row adds: the outcome in place of the claim's reserved room,
+            # or (late, the claim deleted meanwhile) a whole row.
+            grows = len(data) - TOMBSTONE_RESERVE
+            if ours is None:
+                grows += _size(s, k, fingerprint or "", owner)
+            data = self._fitting(conn, now, s, k, data, grows, key)
             # Late completion: our claim, live or expired, as long as nobody re-claimed it.
             cur = conn.execute(
                 f"UPDATE {_TABLE} SET status = 'completed', outcome = ?, expires = ? "
@@ -480,6 +506,47 @@ class SQLiteStore:
             return cur.rowcount == 1
 
         return await self._run(self._write(op))
+
+    def _fitting(
+        self,
+        conn: sqlite3.Connection,
+        now: float,
+        s: bytes,
+        k: bytes,
+        data: bytes,
+        grows: int,
+        key: str,
+    ) -> bytes:
+        """`data`, or its tombstone when the file has no room for it under `max_bytes`.
+
+        Expired rows (other than this key's own, which the completion may still need) are
+        deleted first, as a claim does. The tombstone fits in the room the claim kept for it;
+        a late completion whose claim row was deleted has none, and its tombstone is the one
+        write let past the budget (a row of a few hundred bytes) rather than lose the record.
+        """
+        used = self._bytes(conn)
+        while used + grows > self.max_bytes and self._delete_expired_but(conn, now, s, k):
+            used = self._bytes(conn)
+        if used + grows <= self.max_bytes:
+            return data
+        self.outcomes_not_kept += 1
+        log.warning(
+            "SQLite store %s: an outcome of %d bytes does not fit max_bytes=%d; kept a "
+            "tombstone (retries get idempotency_outcome_not_kept) key_digest=%s",
+            self.path,
+            len(data),
+            self.max_bytes,
+            hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+        )
+        return tombstone(len(data))
+
+    def _delete_expired_but(self, conn: sqlite3.Connection, now: float, s: bytes, k: bytes) -> int:
+        cur = conn.execute(
+            f"DELETE FROM {_TABLE} WHERE rowid IN (SELECT rowid FROM {_TABLE} "
+            "WHERE expires <= ? AND NOT (scope = ? AND key = ?) ORDER BY expires LIMIT ?)",
+            (now, s, k, self.cleanup_batch),
+        )
+        return cur.rowcount
 
     async def release(self, scope: str, key: str, owner: str) -> bool:
         s, k = _b(scope), _b(key)
@@ -536,6 +603,10 @@ class SQLiteStore:
             total += deleted
             if deleted < self.cleanup_batch:
                 return total
+
+    async def bytes_used(self) -> int:
+        """The estimated bytes of the rows in the file, as `max_bytes` counts them."""
+        return await self._run(self._bytes)
 
     async def count_live(self) -> int:
         """How many unexpired records (in progress or completed) the database holds."""
