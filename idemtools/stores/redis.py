@@ -71,6 +71,7 @@ import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import QuotaExceededError, RecordCorruptError, StoreFullError, StoreUnavailableError
+from ..outcome import tombstone
 from ._extras import require_extra
 from .base import Claim, Record, Status
 
@@ -223,6 +224,13 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
+# The same completion for a tombstone (ARGV[2]), allowed to write on a Redis out of memory: a
+# full Redis (noeviction) refuses every write, and a completion it refused would leave the key
+# to run again after its lease. Tombstones are a few dozen bytes, the one write let past
+# maxmemory. Script flags need Redis 7 (an older Redis fails this script: the outcome is then
+# lost, as before).
+_COMPLETE_TOMBSTONE = "#!lua flags=allow-oom\n" + _COMPLETE
+
 _RELEASE = """
 local r = redis.pcall('HMGET', KEYS[1], 's', 'o')
 if type(r) == 'table' and r.err then return 0 end
@@ -369,6 +377,9 @@ class RedisStore:
         self._track = _Script(_TRACK)
         self._renew = _Script(_RENEW)
         self._complete = _Script(_COMPLETE)
+        self._complete_tombstone = _Script(_COMPLETE_TOMBSTONE)
+        self.outcomes_not_kept = 0
+        """Completions recorded as a tombstone because Redis was out of memory."""
         self._release = _Script(_RELEASE)
         self._get = _Script(_GET)
         # Concurrent operations share pipelines (stores/_coalesce.py); never on a Cluster.
@@ -807,17 +818,33 @@ class RedisStore:
     ) -> bool:
         name = self.key_name(scope, key)
 
-        async def op(retrying: bool) -> bool:
-            args = (owner, outcome, _ms(retention), int(retrying), fingerprint or "")
-            if not self.wait_replicas:
-                return bool(await self._eval(self._complete, name, *args))
-            # Retried as "ours already": the script rewrites the expiry, which this WAIT counts.
-            reply, acked = await self._eval_and_wait(self._complete, (name,), *args[:3], 1, args[4])
-            if reply == 1 and acked < self.wait_replicas:
-                raise self._under_replicated("completion", acked, key)
-            return bool(reply)
+        def writing(script: _Script, data: bytes) -> Callable[[bool], Awaitable[bool]]:
+            async def op(retrying: bool) -> bool:
+                args = (owner, data, _ms(retention), int(retrying), fingerprint or "")
+                if not self.wait_replicas:
+                    return bool(await self._eval(script, name, *args))
+                # Retried as "ours already": the script rewrites the expiry, which WAIT counts.
+                reply, acked = await self._eval_and_wait(script, (name,), *args[:3], 1, args[4])
+                if reply == 1 and acked < self.wait_replicas:
+                    raise self._under_replicated("completion", acked, key)
+                return bool(reply)
 
-        done = await self._call(op, key)
+            return op
+
+        try:
+            done = await self._call(writing(self._complete, outcome), key)
+        except StoreFullError:
+            # Out of memory: keep a tombstone, so the retry is refused rather than run again.
+            done = await self._call(writing(self._complete_tombstone, tombstone(len(outcome))), key)
+            if done:
+                self.outcomes_not_kept += 1
+                log.warning(
+                    "Redis store %s is out of memory: an outcome of %d bytes was kept as a "
+                    "tombstone (retries get idempotency_outcome_not_kept) key_digest=%s",
+                    self.description,
+                    len(outcome),
+                    hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+                )
         if done and self.max_records_per_scope is not None:
             await self._track_quota(scope, name)
         return done

@@ -226,3 +226,48 @@ async def test_redis_with_maxmemory_gives_no_such_warning(
         finally:
             await store.aclose()
     assert not [r for r in caplog.records if "no maxmemory" in r.getMessage()]
+
+
+async def test_completion_on_a_full_redis_keeps_a_tombstone_and_never_runs_again() -> None:
+    """Issue 16, item 9: Redis' budget is its maxmemory. A completion it refuses (OOM) used
+    to be lost, and the retry ran the tool again after the lease; now a tombstone is kept."""
+    import asyncio
+
+    from idemtools.outcome import is_tombstone
+
+    gate = asyncio.Event()
+
+    class _Slow(_Tool):
+        async def __call__(self) -> Outcome:
+            self.runs += 1
+            await gate.wait()
+            return Outcome(result={"content": [{"type": "text", "text": "x" * 200_000}]})
+
+    with private_redis(*SMALL, "--maxmemory-policy", "noeviction") as url:
+        store = RedisStore.from_url(url)
+        engine = Engine(store)
+        tool = _Slow()
+        try:
+            running = asyncio.create_task(engine.handle(_call("big"), tool))
+            while tool.runs == 0:
+                await asyncio.sleep(0.01)
+            with filled_redis(url):
+                gate.set()
+                first = await running
+                retry = await engine.handle(_call("big"), tool)
+            record = await store.get(_scope(engine), "big")
+        finally:
+            await store.aclose()
+    assert first.result is not None  # the caller got its answer
+    assert record is not None and record.outcome is not None and is_tombstone(record.outcome)
+    assert retry.error is not None
+    assert retry.error["data"]["type"] == "idempotency_outcome_not_kept"
+    assert tool.runs == 1
+    assert store.outcomes_not_kept == 1
+
+
+def _scope(engine: Engine) -> str:
+    from idemtools.engine import _scope_hash
+
+    call = _call("big")
+    return _scope_hash(engine.policy_for(call.name, call.policy), call.context, "big")
