@@ -92,8 +92,8 @@ def from_url(url: str, **options: Any) -> Store:
     `redis://host:port/db` (also `rediss://`, `unix://`; `redis+cluster://host:port` for a Redis
     Cluster, any one node), `postgresql://user@host/db` (its schema
     must exist: see `PostgresStore.create_schema`). idemtools' own settings may ride in the
-    query, so one environment variable configures a deployment: `?max_records=` and
-    `?max_bytes=` (memory, sqlite), `?max_records_per_scope=` (every store: the per-caller
+    query, so one environment variable configures a deployment: `?max_records=` (memory,
+    sqlite), `?max_bytes=` (memory, sqlite, postgres), `?max_records_per_scope=` (every store: the per-caller
     quota), `?prefix=` (redis: several servers sharing one Redis), `?allow_eviction=true`
     (redis: serve keyed calls although its `maxmemory-policy` may evict records),
     `?wait_replicas=N&wait_timeout=S` (redis: WAIT for N replicas after each claim and
@@ -134,10 +134,11 @@ def from_url(url: str, **options: Any) -> Store:
     if scheme in ("postgres", "postgresql"):
         from .postgres import PostgresStore
 
-        clean, ours = _take(url, ("table", _QUOTA))
+        clean, ours = _take(url, ("table", _QUOTA, "max_bytes"))
         if "table" in ours:
             options.setdefault("table", ours["table"])
-        if _QUOTA in ours:
-            options.setdefault(_QUOTA, _int(_QUOTA, ours[_QUOTA]))
+        for name in (_QUOTA, "max_bytes"):
+            if name in ours:
+                options.setdefault(name, _int(name, ours[name]))
         return PostgresStore.from_url(clean, **options)
     raise ValueError(f"unknown store scheme {scheme!r} in {url!r}")

@@ -660,7 +660,7 @@ class StoreConformance:
                 keys.append(f"k{i:05d}")
         big = b'"' + b"x" * budget + b'"'
         for key in keys:
-            assert await store.complete(SCOPE, key, "o" + key[1:], big, self.RETENTION), key
+            assert await store.complete(SCOPE, key, "o" + key[1:], big, self.LONG), key
         for key in keys:
             record = await store.get(SCOPE, key)
             assert record is not None and record.outcome is not None

@@ -56,6 +56,9 @@ def test_quota_from_query_on_shared_stores() -> None:
     pg = from_url("postgresql://postgres@127.0.0.1:5432/test?table=t&max_records_per_scope=8")
     assert pg.max_records_per_scope == 8  # type: ignore[attr-defined]
     assert pg.table == "t"  # type: ignore[attr-defined]
+    assert pg.max_bytes is None  # type: ignore[attr-defined]
+    budget = from_url("postgresql://postgres@127.0.0.1:5432/test?max_bytes=1_000_000")
+    assert budget.max_bytes == 1_000_000  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

@@ -81,12 +81,12 @@ class TestPostgresConformance(StoreConformance):
         max_bytes: int | None = None,
         max_records_per_scope: int | None = None,
     ) -> Store:
-        if max_records is not None or max_bytes is not None:
+        if max_records is not None:
             pytest.skip(
                 "PostgresStore is bounded by the database's disk (claims refused with "
-                "StoreFullError on disk full), not by a record count or budget"
+                "StoreFullError on disk full) and by max_bytes, not by a record count"
             )
-        return await _new_store(max_records_per_scope=max_records_per_scope)
+        return await _new_store(max_records_per_scope=max_records_per_scope, max_bytes=max_bytes)
 
     async def advance(self, seconds: float) -> None:
         await anyio.sleep(seconds)
