@@ -58,6 +58,7 @@ def _take(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, str]]:
 
 
 _QUOTA = "max_records_per_scope"
+_RECHECK = "policy_recheck"
 
 
 def _int(name: str, value: str) -> int:
@@ -93,9 +94,10 @@ def from_url(url: str, **options: Any) -> Store:
     Cluster, any one node), `postgresql://user@host/db` (its schema
     must exist: see `PostgresStore.create_schema`). idemtools' own settings may ride in the
     query, so one environment variable configures a deployment: `?max_records=` (memory,
-    sqlite), `?max_bytes=` (memory, sqlite, postgres), `?max_records_per_scope=` (every store: the per-caller
-    quota), `?prefix=` (redis: several servers sharing one Redis), `?allow_eviction=true`
-    (redis: serve keyed calls although its `maxmemory-policy` may evict records),
+    sqlite), `?max_bytes=` (memory, sqlite, postgres), `?max_records_per_scope=` (every
+    store: the per-caller quota), `?prefix=` (redis: several servers sharing one Redis),
+    `?allow_eviction=true` (redis: serve keyed calls although its `maxmemory-policy` may
+    evict records), `?policy_recheck=S` (redis: seconds between reads of that policy),
     `?wait_replicas=N&wait_timeout=S` (redis: WAIT for N replicas after each claim and
     completion), `?table=`
     (postgres).
@@ -119,7 +121,7 @@ def from_url(url: str, **options: Any) -> Store:
     if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         from .redis import RedisStore
 
-        names = ("prefix", _QUOTA, "allow_eviction", "wait_replicas", "wait_timeout")
+        names = ("prefix", _QUOTA, "allow_eviction", "wait_replicas", "wait_timeout", _RECHECK)
         clean, ours = _take(url, names)
         if "prefix" in ours:
             options.setdefault("prefix", ours["prefix"])
@@ -128,6 +130,8 @@ def from_url(url: str, **options: Any) -> Store:
                 options.setdefault(name, _int(name, ours[name]))
         if "wait_timeout" in ours:
             options.setdefault("wait_timeout", _float("wait_timeout", ours["wait_timeout"]))
+        if _RECHECK in ours:
+            options.setdefault(_RECHECK, _float(_RECHECK, ours[_RECHECK]))
         if "allow_eviction" in ours:
             options.setdefault("allow_eviction", _flag("allow_eviction", ours["allow_eviction"]))
         return RedisStore.from_url(clean, **options)

@@ -53,6 +53,9 @@ def test_quota_from_query_on_shared_stores() -> None:
     pytest.importorskip("psycopg")
     redis_store = from_url("redis://127.0.0.1:6379/0?prefix=p:&max_records_per_scope=7")
     assert redis_store.max_records_per_scope == 7  # type: ignore[attr-defined]
+    assert redis_store.policy_recheck == 5.0  # type: ignore[attr-defined]
+    rechecked = from_url("redis://127.0.0.1:6379/0?policy_recheck=0.5")
+    assert rechecked.policy_recheck == 0.5  # type: ignore[attr-defined]
     pg = from_url("postgresql://postgres@127.0.0.1:5432/test?table=t&max_records_per_scope=8")
     assert pg.max_records_per_scope == 8  # type: ignore[attr-defined]
     assert pg.table == "t"  # type: ignore[attr-defined]
