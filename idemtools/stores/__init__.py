@@ -59,6 +59,7 @@ def _take(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, str]]:
 
 _QUOTA = "max_records_per_scope"
 _RECHECK = "policy_recheck"
+_SHARE = "max_bytes_per_scope"
 
 
 def _int(name: str, value: str) -> int:
@@ -95,7 +96,8 @@ def from_url(url: str, **options: Any) -> Store:
     must exist: see `PostgresStore.create_schema`). idemtools' own settings may ride in the
     query, so one environment variable configures a deployment: `?max_records=` (memory,
     sqlite), `?max_bytes=` (memory, sqlite, postgres), `?max_records_per_scope=` (every
-    store: the per-caller quota), `?prefix=` (redis: several servers sharing one Redis),
+    store: the per-caller quota) and `?max_bytes_per_scope=` (memory, sqlite; `none` turns
+    either off where it is on by default), `?prefix=` (redis: several servers sharing one Redis),
     `?allow_eviction=true` (redis: serve keyed calls although its `maxmemory-policy` may
     evict records), `?policy_recheck=S` (redis: seconds between reads of that policy),
     `?wait_replicas=N&wait_timeout=S` (redis: WAIT for N replicas after each claim and
@@ -108,10 +110,12 @@ def from_url(url: str, **options: Any) -> Store:
         raise ValueError(f"not a store URL: {url!r} (expected e.g. memory://, sqlite:///x.db)")
     scheme = scheme.lower()
     if scheme in ("memory", "sqlite"):
-        _, ours = _take(url, ("max_records", "max_bytes", _QUOTA))
-        for name in ("max_records", "max_bytes", _QUOTA):
+        _, ours = _take(url, ("max_records", "max_bytes", _QUOTA, _SHARE))
+        for name in ("max_records", "max_bytes", _QUOTA, _SHARE):
             if name in ours:
-                options.setdefault(name, _int(name, ours[name]))
+                # The per-scope bounds are on by default: `none` turns one off.
+                off = name in (_QUOTA, _SHARE) and ours[name].strip().lower() == "none"
+                options.setdefault(name, None if off else _int(name, ours[name]))
         if scheme == "memory":
             return MemoryStore(**options)
         path = url.split("?", 1)[0][len("sqlite://") :]  # sqlite:///abs.db or sqlite://rel.db

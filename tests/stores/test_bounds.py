@@ -28,11 +28,11 @@ TEXT = "x" * 1_000_000
 
 
 async def _memory(_: Path) -> Store:
-    return MemoryStore(max_bytes=BUDGET)
+    return MemoryStore(max_bytes=BUDGET, max_bytes_per_scope=None)  # the total budget alone
 
 
 async def _sqlite(tmp: Path) -> Store:
-    return SQLiteStore(tmp / "idem.db", max_bytes=BUDGET)
+    return SQLiteStore(tmp / "idem.db", max_bytes=BUDGET, max_bytes_per_scope=None)
 
 
 async def _postgres(_: Path) -> Store:
@@ -125,3 +125,60 @@ def engine_scope(engine: Engine, call: ToolCall) -> str:
 
     policy = engine.policy_for(call.name, call.policy)
     return _scope_hash(policy, call.context, call.key)
+
+
+# -- fair defaults: one caller cannot lock the others out -----------------------------------
+
+
+def _session_call(session: str, key: str, text: str = "") -> ToolCall:
+    from idemtools.scopes import CallContext, per_session
+
+    context = CallContext(transport="http", session_id=session)
+    policy = Policy.of(lease=60, retention=600, scope=per_session)
+    return ToolCall(name="pay", arguments={"n": len(text)}, key=key, context=context, policy=policy)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("size", [10, 1_000_000], ids=["small", "1mb"])
+async def test_default_store_cannot_be_filled_by_one_caller(
+    kind: str, size: int, tmp_path: Path
+) -> None:
+    """A store built with its defaults (bar a smaller total, to keep the test fast): a flooder
+    with unique keys is refused once it holds its share, and another caller still executes,
+    records and replays. Before, the flooder filled the store and everybody got
+    `idempotency_store_full`."""
+    store: Store
+    if kind == "memory":  # default max_records 100,000: the flood of small outcomes is 10,001
+        store = MemoryStore(**({"max_bytes": 64 << 20} if size > 10 else {}))
+    else:
+        # A flooder is checked once the file is half full: it stops near half of it.
+        store = SQLiteStore(tmp_path / "fair.db", max_bytes=(32 << 20) if size > 10 else 256 << 10)
+    engine = Engine(store)
+    text = "x" * size
+    runs: list[str] = []
+
+    def tool(key: str) -> Callable[[], Any]:
+        async def run() -> Outcome:
+            runs.append(key)
+            return Outcome(result={"content": [{"type": "text", "text": text}], "isError": False})
+
+        return run
+
+    try:
+        refused: dict[str, Any] | None = None
+        for i in range(200_000):  # bounded: the share is reached long before
+            answer = await engine.handle(_session_call("flooder", f"f{i}", text), tool(f"f{i}"))
+            if answer.error is not None:
+                refused = answer.error
+                break
+        assert refused is not None and refused["data"]["type"] in ("idempotency_quota_exceeded",), (
+            refused
+        )
+        flooded = len(runs)
+        for i in range(3):  # another caller: executes, records its whole answer, replays
+            first = await engine.handle(_session_call("other", f"o{i}", text), tool(f"o{i}"))
+            again = await engine.handle(_session_call("other", f"o{i}", text), tool(f"o{i}"))
+            assert first.result is not None and again.result == first.result
+        assert len(runs) == flooded + 3
+    finally:
+        await store.aclose()

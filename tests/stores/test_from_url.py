@@ -33,7 +33,14 @@ def test_memory_bounds_from_query() -> None:
     )
     default = from_url("memory://")
     assert isinstance(default, MemoryStore)
-    assert (default.max_bytes, default.max_records_per_scope) == (256 << 20, None)
+    # One caller cannot fill a default store: a tenth of it per scope (issue 16, item 9).
+    assert (default.max_bytes, default.max_records_per_scope) == (256 << 20, 10_000)
+    assert default.max_bytes_per_scope == (256 << 20) // 10
+    off = from_url("memory://?max_records_per_scope=none&max_bytes_per_scope=None")
+    assert isinstance(off, MemoryStore)
+    assert (off.max_records_per_scope, off.max_bytes_per_scope) == (None, None)
+    share = from_url("memory://?max_bytes_per_scope=1000")
+    assert isinstance(share, MemoryStore) and share.max_bytes_per_scope == 1000
 
 
 async def test_sqlite_bounds_from_query(tmp_path: Path) -> None:

@@ -31,7 +31,13 @@ class TestMemoryStore(StoreConformance):
             bounds["max_records"] = max_records
         if max_bytes is not None:
             bounds["max_bytes"] = max_bytes
-        return MemoryStore(clock=clock, max_records_per_scope=max_records_per_scope, **bounds)
+        # The suite tests each bound alone: no per-scope share unless it asks for a quota.
+        return MemoryStore(
+            clock=clock,
+            max_records_per_scope=max_records_per_scope,
+            max_bytes_per_scope=None,
+            **bounds,
+        )
 
 
 async def test_flood_one_scope_others_unaffected() -> None:
