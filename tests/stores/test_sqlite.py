@@ -560,3 +560,36 @@ async def test_flood_one_scope_others_unaffected(tmp_path: Path) -> None:
         await flood_scenario(store, 5)
     finally:
         await store.aclose()
+
+
+async def test_a_file_of_the_previous_release_gets_the_new_byte_triggers(
+    tmp_path: Path, clock: FakeClock, opened: list[SQLiteStore]
+) -> None:
+    """The previous release's triggers (`…_bytes_*`) counted no tombstone room for a claim;
+    connecting drops them, so rows are counted once, by the new ones, and the total matches."""
+    path = tmp_path / "idem.db"
+    with contextlib.closing(raw(path)) as conn:
+        conn.execute(
+            "CREATE TABLE idemtools_records (scope BLOB NOT NULL, key BLOB NOT NULL, "
+            "status TEXT NOT NULL CHECK (status IN ('in_progress', 'completed')), "
+            "fingerprint TEXT NOT NULL, owner TEXT NOT NULL, expires REAL NOT NULL, "
+            "outcome BLOB, PRIMARY KEY (scope, key))"
+        )
+        conn.execute("CREATE TABLE idemtools_usage (id INTEGER PRIMARY KEY, bytes INTEGER)")
+        conn.execute("INSERT INTO idemtools_usage VALUES (1, 0)")
+        for op in ("insert", "delete"):
+            event = op.upper()
+            conn.execute(
+                f"CREATE TRIGGER idemtools_records_bytes_{op} AFTER {event} ON idemtools_records "
+                "BEGIN UPDATE idemtools_usage SET bytes = bytes + 1000000 WHERE id = 1; END"
+            )
+    store = SQLiteStore(path, clock=clock)
+    opened.append(store)
+    await store.claim(SCOPE, "a", "fp", "oa", 100)
+    assert await store.complete(SCOPE, "a", "oa", b"z" * 700, 100)
+    await store.claim(SCOPE, "b", "fp", "ob", 100)
+    kept, actual = usage(path)
+    assert kept == actual  # the old triggers would have added 1,000,000 per write
+    with contextlib.closing(raw(path)) as conn:
+        names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
+    assert not any("_bytes_" in n for n in names) and any("_bytes2_" in n for n in names)
