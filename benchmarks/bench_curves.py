@@ -334,13 +334,18 @@ async def records_curves(
             rows.append(SizeRow(name, size, ops, raw_us, took))
             print(f"  {name} at {size:,} records: filled in {took:.1f} s", file=sys.stderr)
 
-    memory = MemoryStore(max_records=max(sizes) + 10 * (samples + WARMUP), max_bytes=16 << 30)
+    memory = MemoryStore(
+        max_records=max(sizes) + 10 * (samples + WARMUP),
+        max_bytes=16 << 30,
+        max_records_per_scope=None,  # one scope fills the whole store here
+        max_bytes_per_scope=None,
+    )
     await walk("MemoryStore", memory, functools.partial(fill_memory, memory), None)
     memory = MemoryStore()  # the million records go before the next store is measured
     gc.collect()
 
     path = tmp / "records.db"
-    lite = SQLiteStore(path, max_bytes=64 << 30)
+    lite = SQLiteStore(path, max_bytes=64 << 30, max_bytes_per_scope=None)
     await lite.get(SCOPE, "schema")  # the store creates its schema on first use
     raw_lite = RawSQLite(path, schema=False)  # the same file and table, beside the store
     try:
@@ -605,7 +610,7 @@ async def concurrency_curves(
         await pstore.aclose()
     panels.append(pg_panel)
 
-    lite = SQLiteStore(tmp / "conc-store.db", max_bytes=64 << 30)
+    lite = SQLiteStore(tmp / "conc-store.db", max_bytes=64 << 30, max_bytes_per_scope=None)
     raw_lite = RawSQLite(tmp / "conc-raw.db")
     plain = Curve("raw sqlite3, one plain loop (no thread hop)")
     lite_panel = Panel(

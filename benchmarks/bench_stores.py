@@ -276,7 +276,9 @@ async def scaling(n_big: int) -> list[tuple[str, float, float, float, float, str
     async def fill_mem(a: int, b: int) -> None:
         await fill_memory(memory, a, b)
 
-    memory = MemoryStore(max_records=n_big + 10_000)
+    memory = MemoryStore(
+        max_records=n_big + 10_000, max_records_per_scope=None, max_bytes_per_scope=None
+    )
     await measure("MemoryStore", memory, fill_mem)
     memory = MemoryStore()  # drop the big one before the next store
     gc.collect()
@@ -284,7 +286,7 @@ async def scaling(n_big: int) -> list[tuple[str, float, float, float, float, str
     if SQLiteStore is not None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "bench.db"
-            lite = SQLiteStore(path)
+            lite = SQLiteStore(path, max_bytes_per_scope=None)  # one scope fills it
             await lite.get(SCOPE, "create-schema")  # the store creates its schema on first use
 
             async def fill_lite(a: int, b: int) -> None:
@@ -318,7 +320,7 @@ async def scaling(n_big: int) -> list[tuple[str, float, float, float, float, str
 async def memory_bytes_per_record(n: int = 100_000) -> float:
     """Traced bytes per completed record; the outcome is one shared object, so not counted."""
     outcome = bytes(OUTCOME)
-    store = MemoryStore(max_records=n + 1)
+    store = MemoryStore(max_records=n + 1, max_records_per_scope=None, max_bytes_per_scope=None)
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]

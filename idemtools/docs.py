@@ -236,8 +236,8 @@ _ERRORS: dict[str, tuple[str, str]] = {
         "Do not retry with this key: the operation already happened.",
     ),
     "idempotency_outcome_not_kept": (
-        "The original call ran, but the store had no room left to keep its answer; this error "
-        "is replayed in its place.",
+        "The original call ran, but the idempotency store had no room left to keep its answer; "
+        "a small marker was kept instead, so it never runs again under this key.",
         "Do not retry with this key: the operation already happened.",
     ),
 }

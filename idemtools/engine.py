@@ -337,7 +337,7 @@ class Engine:
         try:
             if record.outcome is None:
                 raise ValueError("completed record without an outcome")
-            outcome = Outcome.from_bytes(record.outcome)
+            outcome = Outcome.from_bytes(record.outcome, key=key)
         except ValueError as exc:
             log.error("corrupt idempotency record key_digest=%s: %s", key_digest(key), exc)
             raise RecordCorruptError(

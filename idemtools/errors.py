@@ -12,7 +12,8 @@
     │   ├── QuotaExceededError            idempotency_quota_exceeded
     │   ├── StoreUnavailableError         idempotency_store_unavailable
     │   ├── RecordCorruptError            idempotency_record_corrupt
-    │   └── OutcomeTooLargeError          idempotency_outcome_too_large (replayed in its place)
+    │   ├── OutcomeTooLargeError          idempotency_outcome_too_large (replayed in its place)
+    │   └── OutcomeNotKeptError           idempotency_outcome_not_kept (the store had no room)
     ├── InstallError                      install() could not make a server safe
     └── IdempotencyNotSupportedError      client side: the server does not advertise the capability
 
@@ -42,6 +43,7 @@ __all__ = [
     "InProgressError",
     "InstallError",
     "KeyInvalidError",
+    "OutcomeNotKeptError",
     "OutcomeTooLargeError",
     "QuotaExceededError",
     "RecordCorruptError",
@@ -225,6 +227,14 @@ class OutcomeTooLargeError(RefusedError):
     type = "idempotency_outcome_too_large"
 
 
+class OutcomeNotKeptError(RefusedError):
+    """The original call ran, but the store had no room left in its byte budget to keep its
+    outcome: a small tombstone was kept instead, so a retry gets this error and the tool
+    never runs a second time under the key."""
+
+    type = "idempotency_outcome_not_kept"
+
+
 _BY_TYPE: dict[str, type[RefusedError]] = {
     cls.type: cls
     for cls in (
@@ -239,6 +249,7 @@ _BY_TYPE: dict[str, type[RefusedError]] = {
         StoreUnavailableError,
         RecordCorruptError,
         OutcomeTooLargeError,
+        OutcomeNotKeptError,
     )
 }
 

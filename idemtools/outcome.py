@@ -4,6 +4,20 @@ An outcome is either the JSON of the result object (a `CallToolResult`, an `isEr
 a task-creation result) or the JSON-RPC error object (`code`, `message`, `data`). Adapters build
 it from the SDK's answer and turn it back into that answer on replay, so a replay is identical on
 the wire. Stored as JSON, never pickle: a record is data, not code.
+
+The stored bytes are versioned (`"v"`), and every store keeps them as they are, so the version
+is the record format's:
+
+    v 1   {"v":1,"result":{...}} or {"v":1,"error":{...}}   an outcome (written by orjson)
+    v 2   the same, written by the standard `json` (integers beyond 64 bits, lone surrogates)
+    v 3   {"v":3,"kind":"not_kept","bytes":N}                a tombstone: the call ran, the store
+                                                              had no room for its N-byte outcome
+
+A reader refuses any other version and any v 3 kind it does not know (the engine answers
+`idempotency_record_corrupt`, and never runs the tool again). Releases before v 3 existed read
+only v 1 and v 2, so they refuse a tombstone the same way: during a rolling deploy an older
+instance never re-executes a call a newer one recorded. Outcomes are still written as v 1 or
+v 2, which every release reads, and replayed byte for byte as they were recorded.
 """
 
 from __future__ import annotations
@@ -14,11 +28,38 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Outcome"]
+from .errors import OutcomeNotKeptError
+
+__all__ = ["TOMBSTONE_RESERVE", "Outcome", "is_tombstone", "tombstone"]
 
 _VERSION = 1
 _EXACT = 2
+_MARKER = 3
 _EXACT_PREFIX = b'{"v":2,'
+_MARKER_PREFIX = b'{"v":3,'
+_NOT_KEPT = "not_kept"
+
+TOMBSTONE_RESERVE = 64
+"""Bytes a tombstone takes at most: what a store with a byte budget keeps free for each claim,
+so that a completion always fits, as its outcome or as a tombstone."""
+
+
+def tombstone(size: int) -> bytes:
+    """The record kept in place of an outcome of `size` bytes that did not fit the budget."""
+    data = orjson.dumps({"v": _MARKER, "kind": _NOT_KEPT, "bytes": int(size)})
+    assert len(data) <= TOMBSTONE_RESERVE
+    return data
+
+
+def is_tombstone(data: bytes) -> bool:
+    """True for the bytes `tombstone()` makes (stores count them; tests look)."""
+    if not data.startswith(_MARKER_PREFIX):
+        return False
+    try:
+        body = orjson.loads(data)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("kind") == _NOT_KEPT
 
 
 @dataclass(frozen=True)
@@ -71,14 +112,36 @@ class Outcome:
             return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Outcome:
-        """Decode a stored outcome; raises ValueError for anything that is not one."""
+    def from_bytes(cls, data: bytes, *, key: object = None) -> Outcome:
+        """Decode a stored outcome.
+
+        Raises:
+            OutcomeNotKeptError: the record is a tombstone (the call ran; its outcome was not
+                kept), carrying `key` for the client's `error.data`.
+            ValueError: anything this release cannot read (not JSON, an unknown version or
+                kind): the record is corrupt, never a reason to run the tool again.
+        """
         try:
             body = json.loads(data) if data.startswith(_EXACT_PREFIX) else orjson.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
             raise ValueError(f"stored outcome is not JSON: {exc}") from None
-        if not isinstance(body, dict) or body.get("v") not in (_VERSION, _EXACT):
+        if not isinstance(body, dict):
             raise ValueError("stored outcome has an unknown layout")
+        version = body.get("v")
+        if version == _MARKER:
+            if body.get("kind") == _NOT_KEPT:
+                raise OutcomeNotKeptError(
+                    "the original call ran, but the idempotency store had no room to keep its "
+                    "answer; it will not run again under this key",
+                    key=key,
+                )
+            raise ValueError(
+                f"stored record has a kind this release does not know: {body.get('kind')!r}"
+            )
+        if version not in (_VERSION, _EXACT):  # compared as before v 3 (1.0 reads as 1)
+            raise ValueError(
+                f"stored record has a format version this release does not know: {version!r}"
+            )
         result, error = body.get("result"), body.get("error")
         if isinstance(result, dict) and error is None:
             return cls(result=result, replayed=True)

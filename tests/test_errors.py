@@ -19,6 +19,7 @@ from idemtools import (
     InProgressError,
     InstallError,
     KeyInvalidError,
+    OutcomeNotKeptError,
     OutcomeTooLargeError,
     RecordCorruptError,
     RefusedError,
@@ -41,6 +42,7 @@ ALL_REFUSALS: dict[str, type[RefusedError]] = {
     "idempotency_store_unavailable": StoreUnavailableError,
     "idempotency_record_corrupt": RecordCorruptError,
     "idempotency_outcome_too_large": OutcomeTooLargeError,
+    "idempotency_outcome_not_kept": OutcomeNotKeptError,
 }
 
 

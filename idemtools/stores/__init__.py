@@ -59,6 +59,8 @@ def _take(url: str, names: tuple[str, ...]) -> tuple[str, dict[str, str]]:
 
 
 _QUOTA = "max_records_per_scope"
+_RECHECK = "policy_recheck"
+_SHARE = "max_bytes_per_scope"
 
 
 def _int(name: str, value: str) -> int:
@@ -97,10 +99,12 @@ def from_url(url: str, **options: Any) -> Store:
     `redis://host:port/db` (also `rediss://`, `unix://`; `redis+cluster://host:port` for a Redis
     Cluster, any one node), `postgresql://user@host/db` (its schema
     must exist: see `PostgresStore.create_schema`). idemtools' own settings may ride in the
-    query, so one environment variable configures a deployment: `?max_records=` and
-    `?max_bytes=` (memory, sqlite), `?max_records_per_scope=` (every store: the per-caller
-    quota), `?prefix=` (redis: several servers sharing one Redis), `?allow_eviction=true`
-    (redis: serve keyed calls although its `maxmemory-policy` may evict records),
+    query, so one environment variable configures a deployment: `?max_records=` (memory,
+    sqlite), `?max_bytes=` (memory, sqlite, postgres), `?max_records_per_scope=` (every
+    store: the per-caller quota) and `?max_bytes_per_scope=` (memory, sqlite; `none` turns
+    either off where it is on by default), `?prefix=` (redis: several servers sharing one Redis),
+    `?allow_eviction=true` (redis: serve keyed calls although its `maxmemory-policy` may
+    evict records), `?policy_recheck=S` (redis: seconds between reads of that policy),
     `?wait_replicas=N&wait_timeout=S` (redis: WAIT for N replicas after each claim and
     completion), `?table=`
     (postgres).
@@ -152,10 +156,12 @@ def _from_url(url: str, **options: Any) -> Store:
         )
     scheme = scheme.lower()
     if scheme in ("memory", "sqlite"):
-        _, ours = _take(url, ("max_records", "max_bytes", _QUOTA))
-        for name in ("max_records", "max_bytes", _QUOTA):
+        _, ours = _take(url, ("max_records", "max_bytes", _QUOTA, _SHARE))
+        for name in ("max_records", "max_bytes", _QUOTA, _SHARE):
             if name in ours:
-                options.setdefault(name, _int(name, ours[name]))
+                # The per-scope bounds are on by default: `none` turns one off.
+                off = name in (_QUOTA, _SHARE) and ours[name].strip().lower() == "none"
+                options.setdefault(name, None if off else _int(name, ours[name]))
         if scheme == "memory":
             return MemoryStore(**options)
         path = url.split("?", 1)[0][len("sqlite://") :]  # sqlite:///abs.db or sqlite://rel.db
@@ -172,7 +178,7 @@ def _from_url(url: str, **options: Any) -> Store:
     if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         from .redis import RedisStore
 
-        names = ("prefix", _QUOTA, "allow_eviction", "wait_replicas", "wait_timeout")
+        names = ("prefix", _QUOTA, "allow_eviction", "wait_replicas", "wait_timeout", _RECHECK)
         clean, ours = _take(url, names)
         if "prefix" in ours:
             options.setdefault("prefix", ours["prefix"])
@@ -181,6 +187,8 @@ def _from_url(url: str, **options: Any) -> Store:
                 options.setdefault(name, _int(name, ours[name]))
         if "wait_timeout" in ours:
             options.setdefault("wait_timeout", _float("wait_timeout", ours["wait_timeout"]))
+        if _RECHECK in ours:
+            options.setdefault(_RECHECK, _float(_RECHECK, ours[_RECHECK]))
         if "allow_eviction" in ours:
             options.setdefault("allow_eviction", _flag("allow_eviction", ours["allow_eviction"]))
         if "cluster" not in scheme:
@@ -189,11 +197,12 @@ def _from_url(url: str, **options: Any) -> Store:
     if scheme in ("postgres", "postgresql"):
         from .postgres import PostgresStore
 
-        clean, ours = _take(url, ("table", _QUOTA))
+        clean, ours = _take(url, ("table", _QUOTA, "max_bytes"))
         if "table" in ours:
             options.setdefault("table", ours["table"])
-        if _QUOTA in ours:
-            options.setdefault(_QUOTA, _int(_QUOTA, ours[_QUOTA]))
+        for name in (_QUOTA, "max_bytes"):
+            if name in ours:
+                options.setdefault(name, _int(name, ours[name]))
         from psycopg.conninfo import conninfo_to_dict
 
         conninfo_to_dict(clean)  # now, where its complaint is redacted; not at the first claim

@@ -75,6 +75,12 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster)
 
 
+def topology(client: RedisCluster) -> object:
+    """Something that changes identity each time the client re-reads the cluster's topology
+    (start-up, a failover, connection errors): redis-py builds a new slots map each time."""
+    return getattr(getattr(client, "nodes_manager", None), "slots_cache", None)
+
+
 def cluster_from_url(url: str, **kwargs: Any) -> RedisCluster:
     """A `RedisCluster` for `redis+cluster://host:port` (or `rediss+cluster://`, TLS).
 

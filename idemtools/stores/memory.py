@@ -13,7 +13,7 @@ strings in `Record`.
 
 Bounds
 ------
-Three, all checked inside the claim's lock, none ever met by evicting:
+All checked inside the claim's lock, none ever met by evicting:
 
 * `max_records` live records (default 100,000);
 * `max_bytes` (default 256 MiB): the estimated memory of the records held, i.e. each record's
@@ -23,31 +23,47 @@ Three, all checked inside the claim's lock, none ever met by evicting:
   out of memory. The caches keep the sum themselves (cachetools' `getsizeof`), so every write
   path, whoever wrote it, is accounted for, and an expired record stops counting when it is
   removed;
-* `max_records_per_scope` (default None: no quota): live records per scope, so one caller
-  flooding unique keys is refused with `QuotaExceededError` while every other scope claims on.
+* `max_records_per_scope` and `max_bytes_per_scope` (default: a tenth of the store each,
+  `SCOPE_SHARE`): live records and bytes per scope, so one caller flooding unique keys is
+  refused with `QuotaExceededError` while every other scope claims on.
 
 An outcome's size is known only at `complete`, after the tool ran. Refusing to record it then
-would turn the bound into a second execution (the retry finds no record), so `complete` always
-records and may take the store over `max_bytes`, by at most the outcomes of the calls that were
-in progress when the budget was reached; new claims are refused until expiry brings the total
-back under the budget. Size `max_bytes` with that headroom in mind (concurrent keyed calls ×
-the engine's `max_outcome_bytes`, 1 MiB by default).
+would turn the bound into a second execution (the retry finds no record), so every claim
+reserves room for a tombstone (`TOMBSTONE_RESERVE` bytes), and a completion whose outcome does
+not fit the budget (or its scope's) records the tombstone instead: the budget is hard, and the
+retry is refused with `idempotency_outcome_not_kept`, never run again.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import heapq
+import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from cachetools import Cache, TLRUCache
 
 from ..errors import QuotaExceededError, StoreFullError
+from ..outcome import TOMBSTONE_RESERVE, tombstone
 from .base import Claim, Record, Status
 
-__all__ = ["RECORD_OVERHEAD", "MemoryStore"]
+log = logging.getLogger("idemtools")
+
+
+def key_digest(key: str) -> str:
+    """The key's hash prefix as the engine logs it (`idemtools.key_digest`): never the key."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+__all__ = ["RECORD_OVERHEAD", "SCOPE_SHARE", "MemoryStore"]
+
+SCOPE_SHARE = 10
+"""By default one scope may hold a tenth of the store (records and bytes): a caller flooding
+unique keys is refused (`idempotency_quota_exceeded`) while nine tenths stay for the others."""
 
 RECORD_OVERHEAD = 320
 """Bytes counted per record besides its id, fingerprint, owner and outcome: the `_Entry`, the
@@ -94,13 +110,24 @@ def _scope_of(rid: bytes) -> bytes:
     return rid[: 9 + int.from_bytes(rid[1:9], "big")]
 
 
-def _count(counts: dict[bytes, int], rid: bytes, delta: int) -> None:
-    sid = _scope_of(rid)
-    n = counts.get(sid, 0) + delta
-    if n > 0:
-        counts[sid] = n
-    else:
-        counts.pop(sid, None)  # no entry for a scope with nothing: no slow leak
+class _Scopes:
+    """Per scope: the records present (`records`) and the bytes they count (`bytes`)."""
+
+    __slots__ = ("bytes", "records")
+
+    def __init__(self) -> None:
+        self.records: dict[bytes, int] = {}
+        self.bytes: dict[bytes, int] = {}
+
+    def add(self, rid: bytes, delta: int, size: int) -> None:
+        sid = _scope_of(rid)
+        n = self.records.get(sid, 0) + delta
+        if n > 0:
+            self.records[sid] = n
+            self.bytes[sid] = self.bytes.get(sid, 0) + size
+        else:  # no entry for a scope with nothing: no slow leak
+            self.records.pop(sid, None)
+            self.bytes.pop(sid, None)
 
 
 class _Claims:
@@ -116,10 +143,11 @@ class _Claims:
 
     __slots__ = ("bytes", "counts", "entries", "heap")
 
-    def __init__(self, counts: dict[bytes, int] | None) -> None:
+    def __init__(self, counts: _Scopes | None) -> None:
         self.entries: dict[bytes, _Entry] = {}
         self.heap: list[tuple[float, bytes]] = []
-        self.bytes = 0  # sum of `_sizeof` over the entries (claims have no outcome)
+        # Sum over the entries of their base plus the room their tombstone may need.
+        self.bytes = 0
         self.counts = counts
 
     def add(self, rid: bytes, entry: _Entry, now: float) -> None:
@@ -128,11 +156,13 @@ class _Claims:
             self.expire(now)
         old = self.entries.get(rid)
         if old is not None:
-            self.bytes -= old.base
+            self.bytes -= old.base + TOMBSTONE_RESERVE
+            if self.counts is not None:
+                self.counts.add(rid, 0, entry.base - old.base)
         elif self.counts is not None:
-            _count(self.counts, rid, 1)
+            self.counts.add(rid, 1, entry.base + TOMBSTONE_RESERVE)
         self.entries[rid] = entry
-        self.bytes += entry.base
+        self.bytes += entry.base + TOMBSTONE_RESERVE
         self.moved(rid, entry)
 
     def moved(self, rid: bytes, entry: _Entry) -> None:
@@ -146,9 +176,9 @@ class _Claims:
     def remove(self, rid: bytes) -> None:
         entry = self.entries.pop(rid, None)
         if entry is not None:
-            self.bytes -= entry.base
+            self.bytes -= entry.base + TOMBSTONE_RESERVE
             if self.counts is not None:
-                _count(self.counts, rid, -1)
+                self.counts.add(rid, -1, -(entry.base + TOMBSTONE_RESERVE))
 
     def expire(self, now: float) -> None:
         heap, entries = self.heap, self.entries
@@ -169,37 +199,36 @@ class _ScopedCache(TLRUCache[bytes, _Entry]):
     that becomes exact after `expire(now)`.
     """
 
-    def __init__(
-        self, counts: dict[bytes, int], *, maxsize: float, timer: Callable[[], float]
-    ) -> None:
+    def __init__(self, counts: _Scopes, *, maxsize: float, timer: Callable[[], float]) -> None:
         super().__init__(maxsize=maxsize, ttu=_ttu, timer=timer, getsizeof=_sizeof)
         self._counts = counts
 
-    def _count(self, rid: bytes, delta: int) -> None:
-        _count(self._counts, rid, delta)
-
     def expire(self, time: float | None = None) -> list[tuple[bytes, _Entry]]:
         expired = list(super().expire(time))
-        for rid, _ in expired:
-            self._count(rid, -1)
+        for rid, entry in expired:
+            self._counts.add(rid, -1, -_sizeof(entry))
         return expired
 
     def __setitem__(self, key: bytes, value: _Entry) -> None:
         with self.timer as now:  # one frozen time for our expire and TLRUCache's own
             self.expire(now)
             had = _contains(self, key)
+            old = _sizeof(_peek(self, key)) if had else 0
             super().__setitem__(key, value)
-        has = _contains(self, key)
-        if has != had:  # TLRUCache drops an item re-set with an expiry already past
-            self._count(key, 1 if has else -1)
+        has = _contains(self, key)  # TLRUCache drops an item re-set with an expiry past
+        if had:
+            self._counts.add(key, -1, -old)
+        if has:
+            self._counts.add(key, 1, _sizeof(value))
 
     def __delitem__(self, key: bytes) -> None:
         had = _contains(self, key)
+        old = _sizeof(_peek(self, key)) if had else 0
         try:
             super().__delitem__(key)  # may delete, then raise KeyError for an expired item
         finally:
             if had and not _contains(self, key):
-                self._count(key, -1)
+                self._counts.add(key, -1, -old)
 
 
 # Reads go straight to the underlying mapping (Cache's own methods, as TLRUCache itself calls
@@ -266,11 +295,17 @@ class MemoryStore:
     Args:
         max_records: live records at most; a claim beyond it is refused, never evicted.
         max_bytes: estimated bytes of the records held (outcomes plus `RECORD_OVERHEAD` per
-            record); a claim that would exceed it is refused with `StoreFullError`. Completion
-            is never refused, so in-flight calls may take the total slightly over it.
+            record); a claim that would exceed it is refused with `StoreFullError`, and an
+            outcome that does not fit is kept as a tombstone (the retry gets
+            `idempotency_outcome_not_kept`; the tool never runs again).
         max_records_per_scope: live records (in progress or completed) per scope at most; a
             claim beyond it is refused with `QuotaExceededError`, other scopes unaffected.
-            None (the default): no quota.
+            Default: a tenth of `max_records` (none below ten records), so one caller
+            flooding unique keys cannot lock the others out. None: no quota.
+        max_bytes_per_scope: bytes of records per scope at most, as `max_bytes` counts
+            them: a claim beyond it is refused with `QuotaExceededError`, an outcome that
+            would take its scope past it is kept as a tombstone. Default: a tenth of
+            `max_bytes`. None: no per-scope budget.
         clock: seconds, monotonic; inject a fake to test expiry without sleeping.
     """
 
@@ -281,29 +316,42 @@ class MemoryStore:
         *,
         max_records: int = 100_000,
         max_bytes: int = 256 << 20,
-        max_records_per_scope: int | None = None,
+        max_records_per_scope: int | Literal["share"] | None = "share",
+        max_bytes_per_scope: int | Literal["share"] | None = "share",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_records < 1:
             raise ValueError("max_records must be at least 1")
         if max_bytes < 1:
             raise ValueError("max_bytes must be at least 1")
+        if max_records_per_scope == "share":  # none for a store of fewer than ten records
+            max_records_per_scope = max_records // SCOPE_SHARE or None
+        if max_bytes_per_scope == "share":
+            max_bytes_per_scope = max(1, max_bytes // SCOPE_SHARE)
         if max_records_per_scope is not None and max_records_per_scope < 1:
             raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
+        if max_bytes_per_scope is not None and max_bytes_per_scope < 1:
+            raise ValueError("max_bytes_per_scope must be at least 1 (or None for no budget)")
         self.max_records = max_records
         self.max_bytes = max_bytes
-        self.max_records_per_scope = max_records_per_scope
+        self.max_records_per_scope: int | None = max_records_per_scope
+        self.max_bytes_per_scope: int | None = max_bytes_per_scope
         self._clock = clock
-        # The caches must never evict: `claim` checks every bound first, and `complete` may go
-        # over `max_bytes`, so their own maxsize (in bytes, via getsizeof) is unreachable.
-        self._per_scope: dict[bytes, int] = {}
+        self.outcomes_not_kept = 0
+        """Completions recorded as a tombstone because the outcome did not fit `max_bytes`."""
+        # The caches must never evict: `claim` and `complete` check every bound first, so
+        # their own maxsize (in bytes, via getsizeof) is set out of reach.
+        self._scopes = _Scopes()
+        self._per_scope = self._scopes.records
+        self._scope_bytes = self._scopes.bytes
+        self._scoped = max_records_per_scope is not None or max_bytes_per_scope is not None
         self._done: TLRUCache[bytes, _Entry]
-        if max_records_per_scope is None:
+        if not self._scoped:
             self._running = _Claims(None)
             self._done = TLRUCache(maxsize=_NEVER, ttu=_ttu, timer=clock, getsizeof=_sizeof)
         else:
-            self._running = _Claims(self._per_scope)
-            self._done = _ScopedCache(self._per_scope, maxsize=_NEVER, timer=clock)
+            self._running = _Claims(self._scopes)
+            self._done = _ScopedCache(self._scopes, maxsize=_NEVER, timer=clock)
         # Async callers run these under one event loop; the lock makes threaded use safe too.
         self._lock = threading.Lock()
 
@@ -369,11 +417,8 @@ class MemoryStore:
             # a store (or scope) near a bound pays for expiring both caches and looking again.
             if (
                 len(running.entries) + _size(done) >= self.max_records
-                or running.bytes + _bytes(done) + entry.base > self.max_bytes
-                or (
-                    self.max_records_per_scope is not None
-                    and self._per_scope.get(_scope_of(rid), 0) >= self.max_records_per_scope
-                )
+                or running.bytes + _bytes(done) + entry.base + TOMBSTONE_RESERVE > self.max_bytes
+                or (self._scoped and self._scope_over(_scope_of(rid), entry.base))
             ):
                 self._expire(now)
                 self._refuse_if_bounded(rid, entry, key)
@@ -393,17 +438,38 @@ class MemoryStore:
                 "was not run",
                 key=key,
             )
+        share = self.max_bytes_per_scope
+        if (
+            share is not None
+            and self._scope_bytes.get(_scope_of(rid), 0) + entry.base + (TOMBSTONE_RESERVE) > share
+        ):
+            raise QuotaExceededError(
+                f"this caller holds its maximum of {share} bytes of idempotency records; the "
+                "call was not run",
+                key=key,
+            )
         running, done = self._running, self._done
         if len(running.entries) + _size(done) >= self.max_records:
             raise StoreFullError(
                 f"memory store holds its maximum of {self.max_records} live records",
                 key=key,
             )
-        if running.bytes + _bytes(done) + entry.base > self.max_bytes:
+        if running.bytes + _bytes(done) + entry.base + TOMBSTONE_RESERVE > self.max_bytes:
             raise StoreFullError(
                 f"memory store holds its maximum of {self.max_bytes} bytes of records",
                 key=key,
             )
+
+    def _scope_over(self, sid: bytes, base: int) -> bool:
+        """Whether a new claim of `base` bytes would take scope `sid` past a per-scope bound
+        (an upper bound: expired records still count until the caller expires them)."""
+        quota = self.max_records_per_scope
+        if quota is not None and self._per_scope.get(sid, 0) >= quota:
+            return True
+        share = self.max_bytes_per_scope
+        return share is not None and (
+            self._scope_bytes.get(sid, 0) + base + TOMBSTONE_RESERVE > share
+        )
 
     def _held(self, rid: bytes, owner: str, now: float) -> _Entry | None:
         entry = self._running.entries.get(rid)
@@ -444,17 +510,47 @@ class MemoryStore:
                 # Late completion: our own claim, live or not, as long as nobody re-claimed.
                 if _owner_of(claim.meta) != owner:
                     return False
-                running.remove(rid)
+                running.remove(rid)  # frees its bytes, the tombstone's room included
                 entry = claim
             elif fingerprint is not None:
                 # Our lease ran out and the expired claim is gone: nobody claimed since.
                 entry = _Entry(_pack(fingerprint, owner), now, len(rid))
             else:
                 return False
+            if self._no_room(rid, entry.base + len(outcome)):
+                self._expire(now)
+                if self._no_room(rid, entry.base + len(outcome)):
+                    outcome = self._not_kept(outcome, key)
             entry.outcome = outcome
             entry.expires = now + retention
             self._done[rid] = entry
             return True
+
+    def _no_room(self, rid: bytes, size: int) -> bool:
+        """Whether a completed record of `size` bytes fits neither the store's budget nor its
+        scope's (the claim's own bytes already freed)."""
+        if self._running.bytes + _bytes(self._done) + size > self.max_bytes:
+            return True
+        share = self.max_bytes_per_scope
+        return share is not None and self._scope_bytes.get(_scope_of(rid), 0) + size > share
+
+    def _not_kept(self, outcome: bytes, key: str) -> bytes:
+        """The tombstone recorded in place of an outcome that does not fit `max_bytes`.
+
+        It fits whenever the claim was still here (its reserved room was just freed); a late
+        completion whose claim had already expired away has no reservation, and its tombstone
+        is the one write let past the budget (a few hundred bytes), rather than lose the
+        record and let a retry run the tool again.
+        """
+        self.outcomes_not_kept += 1
+        log.warning(
+            "memory store: an outcome of %d bytes does not fit max_bytes=%d; kept a tombstone "
+            "(retries get idempotency_outcome_not_kept) key_digest=%s",
+            len(outcome),
+            self.max_bytes,
+            key_digest(key),
+        )
+        return tombstone(len(outcome))
 
     async def release(self, scope: str, key: str, owner: str) -> bool:
         rid = self._id(scope, key)

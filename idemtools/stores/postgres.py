@@ -38,6 +38,18 @@ Why it is built this way:
   transaction rolled back. Four round trips instead of one, only with a quota. The count walks
   the `(scope, expires_at)` index that `schema_sql(per_scope_index=True)` adds (`create_schema`
   adds it for a store with a quota); without it, the primary key's scope prefix still works.
+* **Byte budget** (`max_bytes`, off by default: the database's disk bounds the table). With
+  it, `schema_sql(byte_budget=True)` (`create_schema` for a store with a budget) adds a one-row
+  table `<table>_usage` and a row trigger that keeps in it the estimated bytes of every record
+  (scope, key, fingerprint, owner, outcome, plus `RECORD_OVERHEAD`; a claim also counts the
+  room of the tombstone its completion may need, `TOMBSTONE_RESERVE`). A claim or completion
+  then runs in a short transaction that reads the total after its write: a claim over the
+  budget is rolled back, expired rows are purged, and it is tried once more before
+  `StoreFullError`; a completion over the budget is rolled back and records a tombstone
+  instead, which fits in its claim's reserved room, so the retry is refused
+  (`idempotency_outcome_not_kept`), never run again. Writers that change bytes wait on the
+  usage row one at a time (renewals change none), so a budget costs throughput; it is a
+  bound, not a default.
 * **Transactional mode** (`TransactionalStore`): `execution(scope, key, owner)` opens a
   transaction on a pooled connection and exposes it to the tool through `current_connection()`;
   `complete` (and `release`) called for that same claim inside the block write through the same
@@ -60,6 +72,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -73,6 +86,7 @@ from ..errors import (
     StoreFullError,
     StoreUnavailableError,
 )
+from ..outcome import TOMBSTONE_RESERVE, tombstone
 from ._extras import require_extra
 from .base import Claim, Record, Status
 
@@ -82,7 +96,9 @@ with require_extra("postgres", "PostgresStore"):
     from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-__all__ = ["PostgresStore", "current_connection"]
+__all__ = ["RECORD_OVERHEAD", "PostgresStore", "current_connection"]
+
+log = logging.getLogger("idemtools")
 
 T = TypeVar("T")
 
@@ -90,6 +106,14 @@ _CLAIM_ATTEMPTS = 5
 
 
 _TOOL_SAVEPOINT = "idemtools_tool"
+_COMPLETE_SAVEPOINT = "idemtools_complete"
+
+RECORD_OVERHEAD = 100
+"""Bytes counted per row besides its data, under `max_bytes`: tuple header, index entries."""
+
+
+class _OverBudget(Exception):
+    """A write took the usage total past `max_bytes`; its transaction is rolled back."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +184,10 @@ class PostgresStore:
         transaction_wait: seconds a transactional call waits for a slot at most before it is
             refused with `StoreUnavailableError` (its claim released, nothing run); None (the
             default) waits as long as the calls ahead of it run.
+        max_bytes: estimated bytes of the records at most (see the module notes; needs the
+            usage table `create_schema` adds for such a store). A claim beyond it is refused
+            with `StoreFullError`; an outcome that does not fit is kept as a tombstone. None
+            (the default): no budget.
 
     Prefer `PostgresStore.from_url(url)`, then `await store.create_schema()` once (or put
     `PostgresStore.schema_sql()` into your migrations).
@@ -177,6 +205,7 @@ class PostgresStore:
         max_records_per_scope: int | None = None,
         transaction_reserve: int = 2,
         transaction_wait: float | None = None,
+        max_bytes: int | None = None,
         _owns_pool: bool = False,
     ) -> None:
         if purge_every < 0 or purge_limit < 1:
@@ -185,6 +214,11 @@ class PostgresStore:
             raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
         if transaction_reserve < 0 or (transaction_wait is not None and transaction_wait <= 0):
             raise ValueError("transaction_reserve must be >= 0 and transaction_wait positive")
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1 (or None for no budget)")
+        self.max_bytes = max_bytes
+        self.outcomes_not_kept = 0
+        """Completions recorded as a tombstone because the outcome did not fit `max_bytes`."""
         self.max_records_per_scope = max_records_per_scope
         self.transaction_wait = transaction_wait
         self.max_transactions = max(1, pool.max_size - transaction_reserve)
@@ -209,6 +243,7 @@ class PostgresStore:
         self._q_purge = q["purge"]
         self._q_scope_lock = q["scope_lock"]
         self._q_scope_count = q["scope_count"]
+        self._q_usage = q["usage"]
 
     @classmethod
     def from_url(
@@ -225,6 +260,7 @@ class PostgresStore:
         max_records_per_scope: int | None = None,
         transaction_reserve: int = 2,
         transaction_wait: float | None = None,
+        max_bytes: int | None = None,
         **connect_kwargs: Any,
     ) -> PostgresStore:
         """A store with its own connection pool to `url` (opened on first use, closed by aclose).
@@ -255,6 +291,7 @@ class PostgresStore:
             max_records_per_scope=max_records_per_scope,
             transaction_reserve=transaction_reserve,
             transaction_wait=transaction_wait,
+            max_bytes=max_bytes,
             _owns_pool=True,
         )
 
@@ -292,13 +329,23 @@ class PostgresStore:
     # -- schema ---------------------------------------------------------------------------------
 
     @staticmethod
-    def schema_sql(table: str = "idemtools_records", *, per_scope_index: bool = False) -> str:
+    def schema_sql(
+        table: str = "idemtools_records",
+        *,
+        per_scope_index: bool = False,
+        byte_budget: bool = False,
+    ) -> str:
         """The DDL for the records table, for migration tools. Idempotent (IF NOT EXISTS).
 
         `per_scope_index` adds the `(scope, expires_at)` index a per-scope quota counts on; it
-        costs every write a little, so only stores with a quota want it.
+        costs every write a little, so only stores with a quota want it. `byte_budget` adds
+        the usage table and trigger a store with `max_bytes` needs (see the module notes).
         """
         ident = _table_ident(table)
+        if byte_budget:
+            return PostgresStore.schema_sql(table, per_scope_index=per_scope_index) + _budget_sql(
+                table
+            )
         index = sql.Identifier(table.split(".")[-1] + "_expires_idx")
         extra = ""
         if per_scope_index:
@@ -329,7 +376,11 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
 
     async def create_schema(self) -> None:
         """Create the table and its indexes if they do not exist (explicit, never implicit)."""
-        ddl = self.schema_sql(self.table, per_scope_index=self.max_records_per_scope is not None)
+        ddl = self.schema_sql(
+            self.table,
+            per_scope_index=self.max_records_per_scope is not None,
+            byte_budget=self.max_bytes is not None,
+        )
 
         async def op(conn: AsyncConnection[Any], _retrying: bool) -> None:
             await conn.execute(ddl)
@@ -345,6 +396,58 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
             )
 
         await self._run(op, None)
+        if self.max_bytes is not None:
+
+            async def drop_budget(conn: AsyncConnection[Any], _retrying: bool) -> None:
+                await conn.execute(
+                    sql.SQL("DROP TABLE IF EXISTS {u}; DROP FUNCTION IF EXISTS {f}()").format(
+                        u=_derived(self.table, "_usage"), f=_derived(self.table, "_bytes")
+                    )
+                )
+
+            await self._run(drop_budget, None)
+
+    async def bytes_used(self) -> int:
+        """The estimated bytes of the records, as `max_bytes` counts them (needs the budget's
+        usage table: see `schema_sql(byte_budget=True)`)."""
+
+        async def op(conn: AsyncConnection[Any], _retrying: bool) -> int:
+            cur = await conn.execute(self._q_usage)
+            row = await cur.fetchone()
+            return 0 if row is None else int(row[0])
+
+        result: int = await self._run(op, None)
+        return result
+
+    async def _over_budget(self, conn: AsyncConnection[Any]) -> bool:
+        """Inside the write's transaction: whether the total now exceeds `max_bytes`. The
+        trigger's update holds the usage row until the transaction ends, so this answer
+        holds until then."""
+        cur = await conn.execute(self._q_usage)
+        row = await cur.fetchone()
+        return row is not None and self.max_bytes is not None and int(row[0]) > self.max_bytes
+
+    async def _purge_for_room(self, conn: AsyncConnection[Any]) -> bool:
+        """Delete expired rows (a few bounded batches); True if any went."""
+        deleted = 0
+        for _ in range(10):
+            cur = await conn.execute(self._q_purge, (self.purge_limit,))
+            deleted += cur.rowcount
+            if cur.rowcount < self.purge_limit:
+                break
+        return deleted > 0
+
+    def _not_kept(self, outcome: bytes, key: str) -> bytes:
+        self.outcomes_not_kept += 1
+        log.warning(
+            "PostgreSQL store %s: an outcome of %d bytes does not fit max_bytes=%s; kept a "
+            "tombstone (retries get idempotency_outcome_not_kept) key_digest=%s",
+            self.description,
+            len(outcome),
+            self.max_bytes,
+            hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+        )
+        return tombstone(len(outcome))
 
     async def purge_expired(self, *, limit: int = 1000) -> int:
         """Delete at most `limit` expired records; returns how many. Safe to run concurrently."""
@@ -454,6 +557,24 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         quota = self.max_records_per_scope
 
         async def op(conn: AsyncConnection[Any], retrying: bool) -> Claim:
+            if self.max_bytes is None:
+                return await bounded(conn, retrying)
+            for attempt in range(2):
+                try:
+                    async with conn.transaction():
+                        claim = await bounded(conn, retrying)
+                        if claim.claimed and await self._over_budget(conn):
+                            raise _OverBudget
+                        return claim
+                except _OverBudget:
+                    if attempt or not await self._purge_for_room(conn):
+                        break
+            raise StoreFullError(
+                f"PostgreSQL store holds its maximum of {self.max_bytes} bytes of records",
+                key=key,
+            )
+
+        async def bounded(conn: AsyncConnection[Any], retrying: bool) -> Claim:
             if quota is None:
                 return await claim_on(conn, retrying)
             async with conn.transaction():
@@ -551,16 +672,43 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         query = self._q_complete if fingerprint is None else self._q_complete_late
         tx = self._tx_for(scope, key, owner)
         if tx is not None:
-            return await self._in_tx(tx, query, params, key)
+            if self.max_bytes is None:
+                return await self._in_tx(tx, query, params, key)
+            return await self._complete_in_tx(tx, query, params, key)
 
         async def op(conn: AsyncConnection[Any], retrying: bool) -> bool:
-            cur = await conn.execute(
-                self._q_complete_retry if retrying and fingerprint is not None else query,
-                params,
-            )
+            q = self._q_complete_retry if retrying and fingerprint is not None else query
+            if self.max_bytes is None:
+                cur = await conn.execute(q, params)
+                return cur.rowcount == 1
+            try:
+                async with conn.transaction():
+                    cur = await conn.execute(q, params)
+                    if cur.rowcount == 1 and await self._over_budget(conn):
+                        raise _OverBudget
+                    return cur.rowcount == 1
+            except _OverBudget:
+                pass
+            # The tombstone takes no more than the room its claim kept for it.
+            cur = await conn.execute(q, {**params, "v": self._not_kept(outcome, key)})
             return cur.rowcount == 1
 
         return await self._run(op, key)
+
+    async def _complete_in_tx(self, tx: _Tx, query: str, params: Any, key: str) -> bool:
+        """`_in_tx` under a budget: a completion over it is undone (to a savepoint, the tool's
+        writes kept) and records a tombstone instead."""
+        try:
+            await tx.conn.execute(f"SAVEPOINT {_COMPLETE_SAVEPOINT}")
+            cur = await tx.conn.execute(query, params)
+            if cur.rowcount != 1 or not await self._over_budget(tx.conn):
+                return cur.rowcount == 1
+            await tx.conn.execute(f"ROLLBACK TO SAVEPOINT {_COMPLETE_SAVEPOINT}")
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(
+                f"PostgreSQL failed inside the transaction: {exc!r}", key=key
+            ) from exc
+        return await self._in_tx(tx, query, {**params, "v": self._not_kept(params["v"], key)}, key)
 
     async def release(self, scope: str, key: str, owner: str) -> bool:
         params = (_b(scope), _b(key), owner)
@@ -656,6 +804,51 @@ def _corrupt(key: str, why: str) -> RecordCorruptError:
     )
 
 
+def _derived(table: str, suffix: str) -> sql.Identifier:
+    """The identifier of an object named after the table (same schema)."""
+    parts = table.split(".")
+    return sql.Identifier(*parts[:-1], parts[-1] + suffix)
+
+
+def _row_bytes(row: str) -> str:
+    """SQL for the bytes a row counts under `max_bytes`; `row` is NEW, OLD or a table alias."""
+    return (
+        f"(octet_length({row}.scope) + octet_length({row}.key)"
+        f" + octet_length({row}.fingerprint) + octet_length({row}.owner)"
+        f" + coalesce(octet_length({row}.outcome), {TOMBSTONE_RESERVE}) + {RECORD_OVERHEAD})"
+    )
+
+
+def _budget_sql(table: str) -> str:
+    """The usage table, its trigger function and trigger (see Byte budget in the notes)."""
+    t, u = _table_ident(table), _derived(table, "_usage")
+    f, trig = _derived(table, "_bytes"), sql.Identifier(table.split(".")[-1] + "_bytes")
+    body = f"""
+DECLARE d bigint := 0;
+BEGIN
+  IF TG_OP <> 'DELETE' THEN d := d + {_row_bytes("NEW")}; END IF;
+  IF TG_OP <> 'INSERT' THEN d := d - {_row_bytes("OLD")}; END IF;
+  IF d <> 0 THEN UPDATE {{u}} SET bytes = bytes + d WHERE id = 1; END IF;
+  RETURN NULL;
+END"""
+    return (
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {u} "
+            "(id int PRIMARY KEY CHECK (id = 1), bytes bigint NOT NULL);\n"
+            f"INSERT INTO {{u}} (id, bytes) SELECT 1, coalesce(sum({_row_bytes('r')}), 0) "
+            "FROM {t} AS r ON CONFLICT (id) DO NOTHING;\n"
+            "CREATE OR REPLACE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS $idemtools$"
+            + body.replace("{", "{{").replace("}", "}}").replace("{{u}}", "{u}")
+            + "$idemtools$;\n"
+            "DROP TRIGGER IF EXISTS {trig} ON {t};\n"
+            "CREATE TRIGGER {trig} AFTER INSERT OR UPDATE OR DELETE ON {t} "
+            "FOR EACH ROW EXECUTE FUNCTION {f}();\n"
+        )
+        .format(t=t, u=u, f=f, trig=trig)
+        .as_string()
+    )
+
+
 def _queries(table: str) -> dict[str, str]:
     """Every statement, rendered once (identifiers quoted by psycopg, values as parameters)."""
     t = _table_ident(table)
@@ -719,6 +912,7 @@ FROM {t} WHERE scope = %s AND key = %s AND {live}"""
         ),
         # Quota: serialise one scope's claims (released at COMMIT/ROLLBACK), then count.
         "scope_lock": sql.SQL("SELECT pg_advisory_xact_lock(%s)"),
+        "usage": sql.SQL("SELECT bytes FROM {u} WHERE id = 1"),
         "scope_count": sql.SQL(
             """SELECT count(*), coalesce(bool_or(key = %(k)s), false)
 FROM {t} WHERE scope = %(s)s AND {live}"""
@@ -729,6 +923,8 @@ FROM {t} WHERE scope = %(s)s AND {live}"""
     ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED))"""
         ),
     }
+    u = _derived(table, "_usage")
     return {
-        name: query.format(t=t, now=now, live=live).as_string() for name, query in texts.items()
+        name: query.format(t=t, now=now, live=live, u=u).as_string()
+        for name, query in texts.items()
     }

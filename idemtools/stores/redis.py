@@ -29,13 +29,19 @@ Why it is built this way:
   `StoreUnavailableError` chained from the driver's exception (an out-of-memory refusal becomes
   `StoreFullError`: Redis is full, and records are never dropped to make room). The client
   reconnects on the next operation, so the store recovers by itself when Redis returns.
-* **A Redis that may drop records is refused.** The first time the store reaches Redis it reads
-  `maxmemory_policy` from `INFO memory` (`CONFIG GET` is often disabled on managed Redis). Every
-  policy but `noeviction` lets Redis delete records inside their retention (`volatile-*` ones
-  too: every record has a TTL), and a retry would then run again. On such a policy keyed calls
-  are refused (`StoreUnavailableError`, logged once at ERROR) unless the operator passed
-  `allow_eviction=True` (`?allow_eviction=true` in the URL). While refused, the policy is read
-  again at most every few seconds, so fixing it on the server needs no restart.
+* **A Redis that may drop records is refused.** The first claim reads `maxmemory_policy` from
+  `INFO memory` (`CONFIG GET` is often disabled on managed Redis). Every policy but
+  `noeviction` lets Redis delete records inside their retention (`volatile-*` ones too: every
+  record has a TTL), and a retry would then run again. On such a policy claims are refused
+  (`StoreUnavailableError`, logged once at ERROR) unless the operator passed
+  `allow_eviction=True` (`?allow_eviction=true` in the URL). The policy can change under a
+  running server (`CONFIG SET`, a failover to a replica configured otherwise), so it is read
+  again: at most every `policy_recheck` seconds, by the next claim after that time (one INFO,
+  single-flight: claims arriving meanwhile go on under the last answer), and by the next claim
+  after any connection of the store (re)connected or a Cluster's topology was re-read. Only
+  claims are refused: renewals and completions of calls already running go on, so their
+  outcomes are still recorded. A Redis without `maxmemory` is served, with one WARNING: it
+  grows until the host runs out of memory instead of answering `idempotency_store_full`.
 * **One safe retry.** An operation that failed on a broken connection is sent once more on a
   fresh one. The first attempt may or may not have run, so the retry is written to be
   harmless either way: a claim or complete that finds our own owner token already in place
@@ -65,6 +71,7 @@ import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import QuotaExceededError, RecordCorruptError, StoreFullError, StoreUnavailableError
+from ..outcome import tombstone
 from ._extras import require_extra
 from .base import Claim, Record, Status
 
@@ -87,7 +94,7 @@ __all__ = ["RedisStore"]
 log = logging.getLogger("idemtools")
 
 _POLICY_RECHECK = 5.0
-"""Seconds between reads of `maxmemory_policy` while an evicting policy refuses keyed calls."""
+"""Default seconds between reads of `maxmemory_policy` (`policy_recheck`)."""
 
 _EVICTION_CLIENT_MESSAGE = (
     "the idempotency store could drop records before they expire, so keyed calls are refused "
@@ -217,6 +224,13 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
+# The same completion for a tombstone (ARGV[2]), allowed to write on a Redis out of memory: a
+# full Redis (noeviction) refuses every write, and a completion it refused would leave the key
+# to run again after its lease. Tombstones are a few dozen bytes, the one write let past
+# maxmemory. Script flags need Redis 7 (an older Redis fails this script: the outcome is then
+# lost, as before).
+_COMPLETE_TOMBSTONE = "#!lua flags=allow-oom\n" + _COMPLETE
+
 _RELEASE = """
 local r = redis.pcall('HMGET', KEYS[1], 's', 'o')
 if type(r) == 'table' and r.err then return 0 end
@@ -239,17 +253,23 @@ _CONNECTION_ERRORS = (
 _POOL_PRIVATE = ("himport_registry", "maint_notifications", "orig_")
 
 
-def _policies(info: Any) -> set[str]:
-    """`maxmemory_policy` from INFO: one server's dict, or a cluster's dict per node."""
+def _nodes(info: Any) -> list[dict[str, Any]]:
+    """INFO's answer per server: one server's dict, or a cluster's dict per node."""
     if not isinstance(info, dict):
-        return set()
+        return []
     if "maxmemory_policy" in info:
-        return {str(info["maxmemory_policy"])}
-    found: set[str] = set()
-    for node in info.values():
-        if isinstance(node, dict) and "maxmemory_policy" in node:
-            found.add(str(node["maxmemory_policy"]))
-    return found
+        return [info]
+    return [node for node in info.values() if isinstance(node, dict) and "maxmemory_policy" in node]
+
+
+def _policies(info: Any) -> set[str]:
+    """`maxmemory_policy` from INFO, over every server that answered."""
+    return {str(node["maxmemory_policy"]) for node in _nodes(info)}
+
+
+def _unbounded(info: Any) -> bool:
+    """True when some server answered `maxmemory:0` (no limit at all)."""
+    return any(str(node.get("maxmemory", "")) == "0" for node in _nodes(info))
 
 
 def _ms(seconds: float) -> int:
@@ -295,6 +315,9 @@ class RedisStore:
             by the engine, and if it stays under-replicated the caller still gets its answer
             while the log says the outcome may not survive a failover.
         wait_timeout: seconds each WAIT may take.
+        policy_recheck: seconds between reads of Redis' `maxmemory-policy` (a claim after
+            that time reads it again, as does the first claim after a reconnect or a
+            Cluster topology change), so a policy changed at run time is noticed.
 
     Build one with `RedisStore.from_url("redis://host:6379/0")`; records survive server
     restarts of idemtools (and of Redis when it persists, i.e. with AOF or RDB).
@@ -312,12 +335,16 @@ class RedisStore:
         coalesce: bool = True,
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        policy_recheck: float = _POLICY_RECHECK,
         _owns_client: bool = False,
     ) -> None:
         if max_records_per_scope is not None and max_records_per_scope < 1:
             raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
         if wait_replicas < 0 or wait_timeout <= 0:
             raise ValueError("wait_replicas must be at least 0 and wait_timeout positive")
+        if policy_recheck <= 0:
+            raise ValueError("policy_recheck must be positive")
+        self.policy_recheck = policy_recheck
         self.wait_replicas = wait_replicas
         self.wait_timeout = wait_timeout
         is_cluster = cluster.is_cluster(client)
@@ -327,10 +354,15 @@ class RedisStore:
         self.prefix = prefix
         self.max_records_per_scope = max_records_per_scope
         self.allow_eviction = allow_eviction
-        self._policy_ok = False
-        self._policy_checked_at: float | None = None
+        # Eviction policy: re-read when due (first claim, every `policy_recheck` s, after a
+        # reconnect); `_policy_refusal` says why claims are refused meanwhile, if they are.
+        self._policy_due = True
+        self._policy_next = 0.0
         self._policy_refusal: str | None = None
+        self._policy_seen: tuple[str, ...] = ()
+        self._policy_known = False  # a read has answered at least once
         self._policy_lock: asyncio.Lock | None = None
+        self._unbounded_warned = False
         self._prefix_bytes = prefix.encode("utf-8", "surrogatepass")
         # Only a Cluster needs a scope's records and its quota set in one slot (hash tag).
         self._tagged = max_records_per_scope is not None and is_cluster
@@ -345,6 +377,9 @@ class RedisStore:
         self._track = _Script(_TRACK)
         self._renew = _Script(_RENEW)
         self._complete = _Script(_COMPLETE)
+        self._complete_tombstone = _Script(_COMPLETE_TOMBSTONE)
+        self.outcomes_not_kept = 0
+        """Completions recorded as a tombstone because Redis was out of memory."""
         self._release = _Script(_RELEASE)
         self._get = _Script(_GET)
         # Concurrent operations share pipelines (stores/_coalesce.py); never on a Cluster.
@@ -352,6 +387,9 @@ class RedisStore:
         self._evalsha: Callable[..., Awaitable[Any]] = (
             self._coalescer.evalsha if self._coalescer is not None else client.evalsha
         )
+        self._topology: object = None  # a Cluster's slots map when the policy was last read
+        if not is_cluster:
+            _on_new_connections(getattr(client, "connection_pool", None), self._reconnected)
 
     @classmethod
     def from_url(
@@ -363,6 +401,7 @@ class RedisStore:
         allow_eviction: bool = False,
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        policy_recheck: float = _POLICY_RECHECK,
         connect_timeout: float = 2.0,
         timeout: float = 5.0,
         max_connections: int | None = None,
@@ -408,6 +447,7 @@ class RedisStore:
             coalesce=coalesce,
             wait_replicas=wait_replicas,
             wait_timeout=wait_timeout,
+            policy_recheck=policy_recheck,
             _owns_client=True,
         )
 
@@ -447,8 +487,7 @@ class RedisStore:
             allow_eviction=self.allow_eviction,
             _owns_client=True,
         )
-        # It only renews claims this store made, after this store checked the eviction policy.
-        keeper._policy_ok = True
+        # It only renews claims this store made; claims alone check the eviction policy.
         return keeper
 
     @property
@@ -488,38 +527,65 @@ class RedisStore:
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    async def _check_policy(self, key: str) -> None:
-        """Refuse keyed calls on a Redis whose `maxmemory-policy` may evict our records.
+    def _reconnected(self, *_: object) -> None:
+        """A connection (re)connected, or a Cluster re-read its topology: the server behind it
+        may be another one (a failover, a DNS switch), so the next claim reads the policy."""
+        self._policy_due = True
 
-        Read once, when the store first reaches Redis; while refused, again at most every
-        `_POLICY_RECHECK` seconds. Connection errors propagate (the store is then unavailable,
-        and the policy is read on the next operation).
+    async def _check_policy(self, key: str) -> None:
+        """Refuse claims on a Redis whose `maxmemory-policy` may evict our records.
+
+        Runs when a read is due (see `_call_once`). Single-flight: while one claim reads the
+        policy, the others go on under the last answer, or wait for it when there is none yet
+        (no claim is ever served on a policy nobody read). Connection errors propagate (the
+        store is then unavailable, and the next claim reads again).
         """
-        # One check at a time: a cold start under load (hundreds of keyed calls at once) must
-        # not send hundreds of INFO commands, each on a connection of its own.
         if self._policy_lock is None:
             self._policy_lock = asyncio.Lock()
-        async with self._policy_lock:
-            if not self._policy_ok:
-                await self._check_policy_now(key)
+        lock = self._policy_lock
+        if lock.locked() and self._policy_known and self._policy_refusal is None:
+            return
+        async with lock:
+            if not self._policy_due and time.monotonic() < self._policy_next:
+                if self._policy_refusal is not None:
+                    raise self._eviction_error(key)
+                return
+            await self._check_policy_now(key)
+
+    async def _read_memory_info(self) -> Any:
+        # Every node of a Cluster, replicas too (a failover promotes them); redis-py would
+        # ask its default node alone.
+        options = {"target_nodes": "all"} if self._gate is not None else {}
+        try:
+            return await self._client.info("memory", **options)
+        except _CONNECTION_ERRORS:
+            return await self._client.info("memory", **options)  # once more, a fresh connection
 
     async def _check_policy_now(self, key: str) -> None:
-        now = time.monotonic()
-        if (
-            self._policy_refusal is not None
-            and self._policy_checked_at is not None
-            and now - self._policy_checked_at < _POLICY_RECHECK
-        ):
-            raise self._eviction_error(key)
-        self._policy_checked_at = now
+        self._policy_due = False
+        self._policy_next = time.monotonic() + self.policy_recheck
         try:
-            info = await self._client.info("memory")
+            info = await self._read_memory_info()
         except redis_errors.ResponseError as exc:  # INFO renamed or denied by an ACL
             policies: set[str] = set()
             unreadable = f"INFO memory failed ({exc})"
+            info = None
+        except BaseException:
+            self._policy_due = True
+            raise
         else:
             policies = _policies(info)
             unreadable = "INFO memory has no maxmemory_policy" if not policies else ""
+        if _unbounded(info) and not self._unbounded_warned:
+            self._unbounded_warned = True
+            log.warning(
+                "Redis store %s: Redis has no maxmemory, so it grows until the host runs out "
+                "of memory (swap, the OOM killer) instead of refusing new keyed calls with "
+                "idempotency_store_full; set maxmemory (with maxmemory-policy noeviction)",
+                self.description,
+            )
+        self._policy_known = True
+        seen, self._policy_seen = self._policy_seen, tuple(sorted(policies))
         evicting = sorted(p for p in policies if p != "noeviction")
         if not evicting and not unreadable:
             if self._policy_refusal is not None:
@@ -528,7 +594,7 @@ class RedisStore:
                     "are served again",
                     self.description,
                 )
-            self._policy_ok, self._policy_refusal = True, None
+            self._policy_refusal = None
             return
         why = (
             f"maxmemory-policy is {', '.join(evicting)}: Redis may delete idempotency records "
@@ -537,12 +603,13 @@ class RedisStore:
             else f"cannot tell whether Redis may evict records: {unreadable}"
         )
         if self.allow_eviction:
-            log.warning(
-                "Redis store %s: %s; served anyway because allow_eviction=True",
-                self.description,
-                why,
-            )
-            self._policy_ok = True
+            if seen != self._policy_seen or not seen:
+                log.warning(
+                    "Redis store %s: %s; served anyway because allow_eviction=True",
+                    self.description,
+                    why,
+                )
+            self._policy_refusal = None
             return
         if self._policy_refusal is None:
             log.error(
@@ -563,17 +630,30 @@ class RedisStore:
             client_message=_EVICTION_CLIENT_MESSAGE,
         )
 
-    async def _call(self, op: Callable[[bool], Awaitable[T]], key: str) -> T:
-        """Run `op(retrying)`; retry once on a broken connection; map failures to our errors."""
+    async def _call(
+        self, op: Callable[[bool], Awaitable[T]], key: str, *, claim: bool = False
+    ) -> T:
+        """Run `op(retrying)`; retry once on a broken connection; map failures to our errors.
+
+        A `claim` first reads the eviction policy when a read is due, and is refused while
+        the last read found an evicting one."""
         if self._gate is not None:
             async with self._gate.get():
-                return await self._call_once(op, key)
-        return await self._call_once(op, key)
+                return await self._call_once(op, key, claim)
+        return await self._call_once(op, key, claim)
 
-    async def _call_once(self, op: Callable[[bool], Awaitable[T]], key: str) -> T:
+    async def _call_once(self, op: Callable[[bool], Awaitable[T]], key: str, claim: bool) -> T:
         try:
-            if not self._policy_ok:
-                await self._check_policy(key)
+            if claim:
+                if self._gate is not None and cluster.topology(self._client) is not self._topology:  # type: ignore[arg-type]
+                    self._topology = cluster.topology(self._client)  # type: ignore[arg-type]
+                    self._policy_due = True  # a failover may have put other servers in place
+                if (
+                    self._policy_due
+                    or self._policy_refusal is not None
+                    or time.monotonic() >= self._policy_next
+                ):
+                    await self._check_policy(key)
             try:
                 return await op(False)
             except (*_CONNECTION_ERRORS, AttributeError, TypeError) as exc:
@@ -713,7 +793,7 @@ class RedisStore:
                 return Claim(claimed=True)  # our first attempt landed before the connection broke
             return Claim(claimed=False, existing=record)
 
-        return await self._call(op, key)
+        return await self._call(op, key, claim=True)
 
     async def renew(self, scope: str, key: str, owner: str, lease: float) -> bool:
         name = self.key_name(scope, key)
@@ -738,17 +818,33 @@ class RedisStore:
     ) -> bool:
         name = self.key_name(scope, key)
 
-        async def op(retrying: bool) -> bool:
-            args = (owner, outcome, _ms(retention), int(retrying), fingerprint or "")
-            if not self.wait_replicas:
-                return bool(await self._eval(self._complete, name, *args))
-            # Retried as "ours already": the script rewrites the expiry, which this WAIT counts.
-            reply, acked = await self._eval_and_wait(self._complete, (name,), *args[:3], 1, args[4])
-            if reply == 1 and acked < self.wait_replicas:
-                raise self._under_replicated("completion", acked, key)
-            return bool(reply)
+        def writing(script: _Script, data: bytes) -> Callable[[bool], Awaitable[bool]]:
+            async def op(retrying: bool) -> bool:
+                args = (owner, data, _ms(retention), int(retrying), fingerprint or "")
+                if not self.wait_replicas:
+                    return bool(await self._eval(script, name, *args))
+                # Retried as "ours already": the script rewrites the expiry, which WAIT counts.
+                reply, acked = await self._eval_and_wait(script, (name,), *args[:3], 1, args[4])
+                if reply == 1 and acked < self.wait_replicas:
+                    raise self._under_replicated("completion", acked, key)
+                return bool(reply)
 
-        done = await self._call(op, key)
+            return op
+
+        try:
+            done = await self._call(writing(self._complete, outcome), key)
+        except StoreFullError:
+            # Out of memory: keep a tombstone, so the retry is refused rather than run again.
+            done = await self._call(writing(self._complete_tombstone, tombstone(len(outcome))), key)
+            if done:
+                self.outcomes_not_kept += 1
+                log.warning(
+                    "Redis store %s is out of memory: an outcome of %d bytes was kept as a "
+                    "tombstone (retries get idempotency_outcome_not_kept) key_digest=%s",
+                    self.description,
+                    len(outcome),
+                    hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+                )
         if done and self.max_records_per_scope is not None:
             await self._track_quota(scope, name)
         return done
@@ -796,6 +892,25 @@ class RedisStore:
             await self._coalescer.aclose()
         if self._owns_client:
             await self._client.aclose()
+
+
+def _on_new_connections(pool: Any, callback: Callable[..., None]) -> None:
+    """Have every connection `pool` makes from now on call `callback` on each (re)connect.
+
+    redis-py keeps connect callbacks per connection (`register_connect_callback`, held
+    weakly), so the pool's factory registers it on each one it makes."""
+    make = getattr(pool, "make_connection", None)
+    if make is None:
+        return
+
+    def make_connection() -> Any:
+        conn = make()
+        register = getattr(conn, "register_connect_callback", None)
+        if register is not None:
+            register(callback)
+        return conn
+
+    pool.make_connection = make_connection
 
 
 def _scope_tag(scope: bytes) -> bytes:

@@ -65,6 +65,8 @@ Every claim that would create a record checks, inside its BEGIN IMMEDIATE transa
 * `max_records_per_scope` (default None: no quota): live records of the claim's scope, counted
   on the ``(scope, expires)`` index that a store with a quota creates; a claim beyond it is
   refused with `QuotaExceededError`, other scopes unaffected;
+* `max_bytes_per_scope` (default a tenth of `max_bytes`): the bytes of the scope's live rows,
+  summed only once the file holds half its budget (below that nobody can be locked out);
 * `max_records` (default None): live records in the file (walks the `expires` index,
   O(live records); None skips it);
 * `max_bytes` (default 1 GiB): the estimated bytes of the rows in the file. Each row counts its
@@ -79,9 +81,11 @@ Every claim that would create a record checks, inside its BEGIN IMMEDIATE transa
 
 None of them is ever met by deleting a live record: the claim is refused with
 `StoreFullError`. An outcome's size is known only at `complete`, after the tool ran; refusing it
-then would let a retry run the tool again, so `complete` always records, and may take the file
-over `max_bytes` by the outcomes of the calls in flight at that moment. New claims are refused
-until expiry brings the total under the budget again.
+then would let a retry run the tool again, so an in-progress row counts `TOMBSTONE_RESERVE`
+bytes for its missing outcome, and a completion that does not fit (the file's budget or its
+scope's) records a tombstone in that room instead: the budget is hard, and the retry is refused
+with `idempotency_outcome_not_kept`, never run again. (The triggers that count this are named
+``…_bytes2_*``; connecting drops the earlier ``…_bytes_*`` ones, which counted no room.)
 
 Errors
 ------
@@ -94,20 +98,32 @@ After `aclose()` every operation raises `StoreUnavailableError`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import logging
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from ..errors import QuotaExceededError, RefusedError, StoreFullError, StoreUnavailableError
+from ..errors import (
+    QuotaExceededError,
+    RecordCorruptError,
+    RefusedError,
+    StoreFullError,
+    StoreUnavailableError,
+)
+from ..outcome import TOMBSTONE_RESERVE, tombstone
 from .base import Claim, Record, Status
+from .memory import SCOPE_SHARE
 
 __all__ = ["RECORD_OVERHEAD", "SQLiteStore"]
+
+log = logging.getLogger("idemtools")
 
 T = TypeVar("T")
 
@@ -122,7 +138,8 @@ def _row_bytes(row: str) -> str:
     """SQL for the bytes a row counts; `row` is NEW or OLD in a trigger, or the table."""
     return (
         f"(2 * (length({row}.scope) + length({row}.key)) + length(CAST({row}.fingerprint AS BLOB))"
-        f" + length(CAST({row}.owner AS BLOB)) + coalesce(length({row}.outcome), 0)"
+        f" + length(CAST({row}.owner AS BLOB))"
+        f" + coalesce(length({row}.outcome), {TOMBSTONE_RESERVE})"
         f" + {RECORD_OVERHEAD})"
     )
 
@@ -146,11 +163,15 @@ _SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {_USAGE} "
     "(id INTEGER PRIMARY KEY CHECK (id = 1), bytes INTEGER NOT NULL)",
     f"INSERT OR IGNORE INTO {_USAGE} (id, bytes) VALUES (1, 0)",
-    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes_insert AFTER INSERT ON {_TABLE} BEGIN "
+    # Version 1 of these triggers counted no tombstone room for a claim (see Capacity).
+    f"DROP TRIGGER IF EXISTS {_TABLE}_bytes_insert",
+    f"DROP TRIGGER IF EXISTS {_TABLE}_bytes_delete",
+    f"DROP TRIGGER IF EXISTS {_TABLE}_bytes_update",
+    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes2_insert AFTER INSERT ON {_TABLE} BEGIN "
     f"UPDATE {_USAGE} SET bytes = bytes + {_row_bytes('NEW')} WHERE id = 1; END",
-    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes_delete AFTER DELETE ON {_TABLE} BEGIN "
+    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes2_delete AFTER DELETE ON {_TABLE} BEGIN "
     f"UPDATE {_USAGE} SET bytes = bytes - {_row_bytes('OLD')} WHERE id = 1; END",
-    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes_update "
+    f"CREATE TRIGGER IF NOT EXISTS {_TABLE}_bytes2_update "
     f"AFTER UPDATE OF scope, key, fingerprint, owner, outcome ON {_TABLE} BEGIN "
     f"UPDATE {_USAGE} SET bytes = bytes + {_row_bytes('NEW')} - {_row_bytes('OLD')} "
     "WHERE id = 1; END",
@@ -165,9 +186,9 @@ _SCOPE_INDEX = f"CREATE INDEX IF NOT EXISTS {_TABLE}_scope_expires ON {_TABLE} (
 
 
 def _size(scope: bytes, key: bytes, fingerprint: str, owner: str) -> int:
-    """The bytes an in-progress row counts: `_row_bytes` in Python."""
+    """The bytes an in-progress row counts (its tombstone's room included): `_row_bytes`."""
     fp, ow = _b(fingerprint), _b(owner)
-    return 2 * (len(scope) + len(key)) + len(fp) + len(ow) + RECORD_OVERHEAD
+    return 2 * (len(scope) + len(key)) + len(fp) + len(ow) + RECORD_OVERHEAD + TOMBSTONE_RESERVE
 
 
 _SELECT = (
@@ -193,11 +214,16 @@ class SQLiteStore:
         max_records: live records at most; a claim beyond it is refused (`StoreFullError`),
             never evicted. None (the default): no record count; `max_bytes` bounds the file.
         max_bytes: estimated bytes of the rows in the file (see Capacity in the module
-            docstring; default 1 GiB); a claim beyond it is refused (`StoreFullError`).
-            Completion is never refused, so in-flight calls may take the total slightly over.
+            docstring; default 1 GiB); a claim beyond it is refused (`StoreFullError`), and an
+            outcome that does not fit is kept as a tombstone.
         max_records_per_scope: live records (in progress or completed) per scope at most; a
             claim beyond it is refused with `QuotaExceededError`, other scopes unaffected.
-            None (the default): no quota.
+            None (the default): no quota (`max_bytes_per_scope` bounds records too).
+        max_bytes_per_scope: bytes of live records per scope at most, as `max_bytes` counts
+            them, checked once the file holds half its budget: a claim beyond it is refused
+            with `QuotaExceededError`, an outcome that would take its scope past it is kept as
+            a tombstone. Default: a tenth of `max_bytes`, so one caller flooding unique keys
+            cannot lock the others out. None: no per-scope budget.
         clock: wall-clock seconds (default `time.time`); inject a fake to test expiry.
         busy_timeout: seconds to wait for another connection's write lock before failing with
             `StoreUnavailableError`.
@@ -213,6 +239,7 @@ class SQLiteStore:
         max_records: int | None = None,
         max_bytes: int = 1 << 30,
         max_records_per_scope: int | None = None,
+        max_bytes_per_scope: int | Literal["share"] | None = "share",
         clock: Callable[[], float] = time.time,
         busy_timeout: float = 5.0,
         cleanup_batch: int = 100,
@@ -223,6 +250,11 @@ class SQLiteStore:
             raise ValueError("max_bytes must be at least 1")
         if max_records_per_scope is not None and max_records_per_scope < 1:
             raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
+        if max_bytes_per_scope == "share":
+            max_bytes_per_scope = max(1, max_bytes // SCOPE_SHARE)
+        if max_bytes_per_scope is not None and max_bytes_per_scope < 1:
+            raise ValueError("max_bytes_per_scope must be at least 1 (or None for no budget)")
+        self.max_bytes_per_scope: int | None = max_bytes_per_scope
         if busy_timeout < 0:
             raise ValueError("busy_timeout must not be negative")
         if cleanup_batch < 1:
@@ -238,6 +270,8 @@ class SQLiteStore:
         self._closed = False
         self._lock = threading.Lock()
         self._limiter: anyio.CapacityLimiter | None = None
+        self.outcomes_not_kept = 0
+        """Completions recorded as a tombstone because the outcome did not fit `max_bytes`."""
 
     def __repr__(self) -> str:
         return (
@@ -345,8 +379,12 @@ class SQLiteStore:
         status, fingerprint, owner, expires, outcome = row
         try:
             state = Status(status)
-        except ValueError as exc:
-            raise StoreUnavailableError(f"SQLite store holds a row with status {status!r}") from exc
+        except ValueError:
+            # A row this release cannot read (another release's status?): never run again.
+            raise RecordCorruptError(
+                f"the idempotency record for this key in SQLite has status {status!r}, which "
+                "this release cannot read; the call was not run"
+            ) from None
         return Record(
             status=state,
             fingerprint=fingerprint,
@@ -431,7 +469,28 @@ class SQLiteStore:
             return StoreFullError(
                 f"SQLite store holds its maximum of {self.max_bytes} bytes of records", key=key
             )
+        share = self.max_bytes_per_scope
+        if share is not None and self._scope_bytes(conn, now, scope, used, size) + size > share:
+            return QuotaExceededError(
+                f"this caller holds its maximum of {share} bytes of idempotency records; the "
+                "call was not run",
+                key=key,
+            )
         return None
+
+    def _scope_bytes(
+        self, conn: sqlite3.Connection, now: float, scope: bytes, used: int, size: int
+    ) -> int:
+        """The bytes of `scope`'s live rows; 0 (not counted) while the file is under half its
+        budget: nobody can be locked out then, and the sum walks the scope's rows."""
+        if used + size <= self.max_bytes // 2:
+            return 0
+        (mine,) = conn.execute(
+            f"SELECT coalesce(sum({_row_bytes(_TABLE)}), 0) FROM {_TABLE} "
+            "WHERE scope = ? AND expires > ?",
+            (scope, now),
+        ).fetchone()
+        return int(mine)
 
     @staticmethod
     def _bytes(conn: sqlite3.Connection) -> int:
@@ -462,6 +521,20 @@ class SQLiteStore:
         s, k, data = _b(scope), _b(key), bytes(outcome)
 
         def op(conn: sqlite3.Connection, now: float) -> bool:
+            nonlocal data
+            ours = conn.execute(
+                f"SELECT 1 FROM {_TABLE} WHERE scope = ? AND key = ? AND owner = ? "
+                "AND status = 'in_progress'",
+                (s, k, owner),
+            ).fetchone()
+            if ours is None and fingerprint is None:
+                return False
+            # What the completed row adds: the outcome in place of the claim's reserved room,
+            # or (late, the claim deleted meanwhile) a whole row.
+            grows = len(data) - TOMBSTONE_RESERVE
+            if ours is None:
+                grows += _size(s, k, fingerprint or "", owner)
+            data = self._fitting(conn, now, s, k, data, grows, key)
             # Late completion: our claim, live or expired, as long as nobody re-claimed it.
             cur = conn.execute(
                 f"UPDATE {_TABLE} SET status = 'completed', outcome = ?, expires = ? "
@@ -480,6 +553,50 @@ class SQLiteStore:
             return cur.rowcount == 1
 
         return await self._run(self._write(op))
+
+    def _fitting(
+        self,
+        conn: sqlite3.Connection,
+        now: float,
+        s: bytes,
+        k: bytes,
+        data: bytes,
+        grows: int,
+        key: str,
+    ) -> bytes:
+        """`data`, or its tombstone when the file has no room for it under `max_bytes`.
+
+        Expired rows (other than this key's own, which the completion may still need) are
+        deleted first, as a claim does. The tombstone fits in the room the claim kept for it;
+        a late completion whose claim row was deleted has none, and its tombstone is the one
+        write let past the budget (a row of a few hundred bytes) rather than lose the record.
+        """
+        used = self._bytes(conn)
+        while used + grows > self.max_bytes and self._delete_expired_but(conn, now, s, k):
+            used = self._bytes(conn)
+        share = self.max_bytes_per_scope
+        if used + grows <= self.max_bytes and (
+            share is None or self._scope_bytes(conn, now, s, used, grows) + grows <= share
+        ):
+            return data
+        self.outcomes_not_kept += 1
+        log.warning(
+            "SQLite store %s: an outcome of %d bytes does not fit max_bytes=%d; kept a "
+            "tombstone (retries get idempotency_outcome_not_kept) key_digest=%s",
+            self.path,
+            len(data),
+            self.max_bytes,
+            hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+        )
+        return tombstone(len(data))
+
+    def _delete_expired_but(self, conn: sqlite3.Connection, now: float, s: bytes, k: bytes) -> int:
+        cur = conn.execute(
+            f"DELETE FROM {_TABLE} WHERE rowid IN (SELECT rowid FROM {_TABLE} "
+            "WHERE expires <= ? AND NOT (scope = ? AND key = ?) ORDER BY expires LIMIT ?)",
+            (now, s, k, self.cleanup_batch),
+        )
+        return cur.rowcount
 
     async def release(self, scope: str, key: str, owner: str) -> bool:
         s, k = _b(scope), _b(key)
@@ -511,6 +628,7 @@ class SQLiteStore:
             cleanup_batch=self.cleanup_batch,
             max_bytes=self.max_bytes,
             max_records_per_scope=self.max_records_per_scope,
+            max_bytes_per_scope=self.max_bytes_per_scope,
         )
 
     async def aclose(self) -> None:
@@ -536,6 +654,10 @@ class SQLiteStore:
             total += deleted
             if deleted < self.cleanup_batch:
                 return total
+
+    async def bytes_used(self) -> int:
+        """The estimated bytes of the rows in the file, as `max_bytes` counts them."""
+        return await self._run(self._bytes)
 
     async def count_live(self) -> int:
         """How many unexpired records (in progress or completed) the database holds."""

@@ -47,7 +47,8 @@ import anyio
 import orjson
 import pytest
 
-from idemtools.errors import QuotaExceededError, StoreFullError
+from idemtools.errors import OutcomeNotKeptError, QuotaExceededError, StoreFullError
+from idemtools.outcome import TOMBSTONE_RESERVE, Outcome, is_tombstone
 from idemtools.stores.base import Claim, Record, Status, Store
 
 __all__ = ["FakeClock", "StoreConformance"]
@@ -618,31 +619,52 @@ class StoreConformance:
             assert await store.get(SCOPE, key) is None
 
     # -- byte budget -----------------------------------------------------------------------
-    # An outcome's size is known only when the tool has run: `complete` records it even if
-    # that takes the store over its budget (refusing would lose the outcome and let a retry
-    # run the tool again); new claims are refused until the total is under the budget again.
+    # The budget is hard (issue 16, item 9): an outcome that does not fit is kept as a small
+    # tombstone instead (every claim keeps room for one), so the retry is refused with
+    # `idempotency_outcome_not_kept` and never runs the tool a second time.
 
     BUDGET: ClassVar[int] = 64 * 1024
 
-    async def test_byte_budget_refuses_claims_never_completions(self) -> None:
+    async def test_byte_budget_keeps_a_tombstone_for_an_outcome_that_does_not_fit(self) -> None:
         store = await self.open(max_bytes=self.BUDGET)
-        big = b'"' + b"x" * (self.BUDGET * 5 // 8) + b'"'  # 5/8 of the budget
+        big = b'{"v":1,"result":{"t":"' + b"x" * (self.BUDGET * 5 // 8) + b'"}}'  # 5/8
         for key in ("a", "b"):
             assert (await store.claim(SCOPE, key, FP1, f"o{key}", self.LEASE)).claimed
         assert await store.complete(SCOPE, "a", "oa", big, self.RETENTION)
-        # Over budget once "b" completes too: it is recorded all the same.
+        # "b" does not fit beside "a": recorded, as a tombstone.
         assert await store.complete(SCOPE, "b", "ob", big, self.RETENTION)
-        with pytest.raises(StoreFullError):
-            await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)
-        with pytest.raises(StoreFullError):
-            await store.claim(OTHER_SCOPE, "c", FP1, "oc", self.LEASE)
-        for key in ("a", "b"):
-            record = await store.get(SCOPE, key)
-            assert record is not None and record.outcome == big
-            replay = await store.claim(SCOPE, key, FP1, "on", self.LEASE)  # still answered
-            assert replay.existing is not None and replay.existing.outcome == big
+        kept = await store.get(SCOPE, "a")
+        assert kept is not None and kept.outcome == big
+        gone = await store.get(SCOPE, "b")
+        assert gone is not None and gone.status is Status.COMPLETED and gone.fingerprint == FP1
+        assert gone.outcome is not None and is_tombstone(gone.outcome)
+        assert len(gone.outcome) <= TOMBSTONE_RESERVE
+        with pytest.raises(OutcomeNotKeptError):
+            Outcome.from_bytes(gone.outcome, key="b")
+        retry = await store.claim(SCOPE, "b", FP1, "on", self.LEASE)  # answered, never claimed
+        assert not retry.claimed and retry.existing is not None
+        assert retry.existing.outcome == gone.outcome
+        assert (await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)).claimed  # room is left
         await self.advance(self.RETENTION * 1.5)
-        assert (await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)).claimed
+        assert (await store.claim(SCOPE, "b", FP1, "ob2", self.LEASE)).claimed
+
+    async def test_every_claim_keeps_room_for_its_tombstone(self) -> None:
+        # Fill the budget with claims alone, then complete them all with outcomes that cannot
+        # fit: each one is recorded (as a tombstone), none is lost.
+        budget = 16 * 1024
+        store = await self.open(max_bytes=budget)
+        keys: list[str] = []
+        with pytest.raises(StoreFullError):
+            for i in range(budget):
+                await store.claim(SCOPE, f"k{i:05d}", FP1, f"o{i:05d}", self.LONG)
+                keys.append(f"k{i:05d}")
+        big = b'"' + b"x" * budget + b'"'
+        for key in keys:
+            assert await store.complete(SCOPE, key, "o" + key[1:], big, self.LONG), key
+        for key in keys:
+            record = await store.get(SCOPE, key)
+            assert record is not None and record.outcome is not None
+            assert is_tombstone(record.outcome), key
 
     async def test_byte_budget_counts_every_record(self) -> None:
         # Records without an outcome cost bytes too (the store's per-record estimate): a

@@ -33,7 +33,14 @@ def test_memory_bounds_from_query() -> None:
     )
     default = from_url("memory://")
     assert isinstance(default, MemoryStore)
-    assert (default.max_bytes, default.max_records_per_scope) == (256 << 20, None)
+    # One caller cannot fill a default store: a tenth of it per scope (issue 16, item 9).
+    assert (default.max_bytes, default.max_records_per_scope) == (256 << 20, 10_000)
+    assert default.max_bytes_per_scope == (256 << 20) // 10
+    off = from_url("memory://?max_records_per_scope=none&max_bytes_per_scope=None")
+    assert isinstance(off, MemoryStore)
+    assert (off.max_records_per_scope, off.max_bytes_per_scope) == (None, None)
+    share = from_url("memory://?max_bytes_per_scope=1000")
+    assert isinstance(share, MemoryStore) and share.max_bytes_per_scope == 1000
 
 
 async def test_sqlite_bounds_from_query(tmp_path: Path) -> None:
@@ -53,9 +60,15 @@ def test_quota_from_query_on_shared_stores() -> None:
     pytest.importorskip("psycopg")
     redis_store = from_url("redis://127.0.0.1:6379/0?prefix=p:&max_records_per_scope=7")
     assert redis_store.max_records_per_scope == 7  # type: ignore[attr-defined]
+    assert redis_store.policy_recheck == 5.0  # type: ignore[attr-defined]
+    rechecked = from_url("redis://127.0.0.1:6379/0?policy_recheck=0.5")
+    assert rechecked.policy_recheck == 0.5  # type: ignore[attr-defined]
     pg = from_url("postgresql://postgres@127.0.0.1:5432/test?table=t&max_records_per_scope=8")
     assert pg.max_records_per_scope == 8  # type: ignore[attr-defined]
     assert pg.table == "t"  # type: ignore[attr-defined]
+    assert pg.max_bytes is None  # type: ignore[attr-defined]
+    budget = from_url("postgresql://postgres@127.0.0.1:5432/test?max_bytes=1_000_000")
+    assert budget.max_bytes == 1_000_000  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

@@ -81,12 +81,12 @@ class TestPostgresConformance(StoreConformance):
         max_bytes: int | None = None,
         max_records_per_scope: int | None = None,
     ) -> Store:
-        if max_records is not None or max_bytes is not None:
+        if max_records is not None:
             pytest.skip(
                 "PostgresStore is bounded by the database's disk (claims refused with "
-                "StoreFullError on disk full), not by a record count or budget"
+                "StoreFullError on disk full) and by max_bytes, not by a record count"
             )
-        return await _new_store(max_records_per_scope=max_records_per_scope)
+        return await _new_store(max_records_per_scope=max_records_per_scope, max_bytes=max_bytes)
 
     async def advance(self, seconds: float) -> None:
         await anyio.sleep(seconds)
@@ -455,4 +455,33 @@ async def test_quota_store_creates_the_scope_index_and_counts_on_it() -> None:
             ).fetchall()
             assert "scope_expires_idx" in " ".join(row[0] for row in plan), plan
     finally:
+        await store.aclose()
+
+
+async def test_transactional_outcome_over_the_budget_keeps_a_tombstone_and_the_writes() -> None:
+    """Issue 16, item 9, transactional mode: the completion is undone to a savepoint and a
+    tombstone recorded in the same transaction; the tool's own writes commit with it."""
+    store = await _new_store(max_bytes=64 * 1024)
+    try:
+        payments = await _payments(store)
+        engine = Engine(store)
+        big = Outcome(result={"content": [{"type": "text", "text": "y" * 100_000}]})
+        runs = 0
+
+        async def run() -> Outcome:
+            nonlocal runs
+            runs += 1
+            await current_connection().execute(
+                sql.SQL("INSERT INTO {} VALUES ('tx-big', 5)").format(sql.Identifier(payments))
+            )
+            return big
+
+        assert await engine.handle(_call("tx-big", transactional=True), run) == big
+        retry = await engine.handle(_call("tx-big", transactional=True), run)
+        assert _type(retry) == "idempotency_outcome_not_kept"
+        assert runs == 1 and await _count(store, payments) == 1
+        assert await store.bytes_used() <= 64 * 1024
+        assert store.outcomes_not_kept == 1
+    finally:
+        await store.drop_schema()
         await store.aclose()

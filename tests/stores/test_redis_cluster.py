@@ -498,3 +498,62 @@ async def test_without_wait_a_failover_can_lose_an_acknowledged_completion(
             await anyio.to_thread.run_sync(
                 lambda: redis_cluster.wait_ok(deadline=time.monotonic() + 30)
             )
+
+
+@pytest.mark.slow
+async def test_failover_to_a_replica_with_an_evicting_policy_refuses_claims(
+    redis_cluster: LocalCluster,
+) -> None:
+    """Issue 16, item 8: the replicas are set to allkeys-lru after the store read the policy
+    (and the periodic re-read is an hour away); a failover changes the topology, and the next
+    claims read the policy again and are refused."""
+    store = RedisStore.from_url(redis_cluster.url, prefix=_prefix(), policy_recheck=3600)
+    victim = 0
+    replicas: list[int] = []
+
+    def set_policy(ports: list[int], policy: str) -> None:
+        for port in ports:
+            client = redis.Redis(port=port, socket_timeout=1)
+            try:
+                client.config_set("maxmemory-policy", policy)
+            except redis.RedisError:
+                pass
+            finally:
+                client.close()
+
+    try:
+        assert (await store.claim("s", "before", "fp", "o", 30)).claimed
+        for port, proc in redis_cluster.procs.items():
+            if proc.poll() is None:
+                client = redis.Redis(port=port, socket_timeout=1)
+                if client.info("replication")["role"] == "slave":
+                    replicas.append(port)
+                client.close()
+        set_policy(replicas, "allkeys-lru")
+        assert (await store.claim("s", "still-before", "fp", "o", 30)).claimed
+        victim = redis_cluster.primary_of(store.key_name("s", "k"))
+        redis_cluster.procs[victim].send_signal(signal.SIGKILL)
+        redis_cluster.procs[victim].wait(5)
+        deadline = time.monotonic() + 30
+        refused = ""
+        i = 0
+        while time.monotonic() < deadline and not refused:
+            i += 1
+            try:
+                await store.claim("s", f"after-{i}", "fp", "o", 30)
+            except StoreUnavailableError as exc:
+                if "allkeys-lru" in str(exc):
+                    refused = str(exc)
+            await anyio.sleep(0.1)
+        assert refused, "the failover to an allkeys-lru replica went unnoticed"
+    finally:
+        await store.aclose()
+        set_policy([p for p in redis_cluster.procs if p != victim], "noeviction")
+        if victim and redis_cluster.procs[victim].poll() is not None:
+            redis_cluster.start_node(victim)
+            await anyio.to_thread.run_sync(
+                lambda: redis_cluster.wait_replicas(deadline=time.monotonic() + 30)
+            )
+            await anyio.to_thread.run_sync(
+                lambda: redis_cluster.wait_ok(deadline=time.monotonic() + 30)
+            )

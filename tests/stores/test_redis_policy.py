@@ -117,3 +117,157 @@ async def test_full_noeviction_redis_answers_store_full_and_still_replays() -> N
     assert full.error is not None and full.error["data"]["type"] == "idempotency_store_full"
     assert replay.result == done.result  # reads still work on a full Redis
     assert tool.runs == 1
+
+
+# -- the policy is read again at run time (issue 16, item 8) ------------------------------------
+
+
+async def test_policy_changed_at_run_time_refuses_claims_within_the_recheck_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import asyncio
+    import time
+
+    import redis.asyncio as aredis
+
+    caplog.set_level(logging.INFO, logger="idemtools")
+    with private_redis(*SMALL, "--maxmemory-policy", "noeviction") as url:
+        store = RedisStore.from_url(url, policy_recheck=0.3)
+        admin = aredis.Redis.from_url(url)
+        engine = Engine(store)
+        tool = _Tool()
+        try:
+            first = await engine.handle(_call("before"), tool)
+            running = await store.claim("s", "in-flight", "f", "o", 30)
+            await admin.config_set("maxmemory-policy", "allkeys-lru")
+            changed = time.monotonic()
+            refused = None
+            while time.monotonic() - changed < 2.0:  # bounded: 0.3 s interval, generous margin
+                answer = await engine.handle(_call(f"after-{time.monotonic()}"), tool)
+                if answer.error is not None:
+                    refused = answer
+                    break
+                await asyncio.sleep(0.05)
+            noticed_after = time.monotonic() - changed
+            # A call already running still records its outcome on the evicting Redis.
+            recorded = await store.complete("s", "in-flight", "o", b'{"v":1,"result":{}}', 60)
+            replay = await engine.handle(_call("before"), tool)
+            await admin.config_set("maxmemory-policy", "noeviction")
+            await asyncio.sleep(0.35)
+            served_again = await engine.handle(_call("fixed"), tool)
+        finally:
+            await admin.aclose()
+            await store.aclose()
+    assert first.result is not None and running.claimed
+    assert refused is not None and refused.error is not None, "allkeys-lru was never noticed"
+    assert refused.error["data"]["type"] == "idempotency_store_unavailable"
+    assert noticed_after < 0.3 + 0.5
+    assert recorded is True
+    assert replay.error is not None  # refused like any claim while evicting, never run again
+    assert served_again.result is not None
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "allkeys-lru" in errors[0]
+    assert any("served again" in r.getMessage() for r in caplog.records)
+
+
+async def test_reconnect_to_a_differently_configured_server_reads_the_policy_again() -> None:
+    from ..services import TcpProxy, host_port
+
+    with (
+        private_redis(*SMALL, "--maxmemory-policy", "noeviction") as good,
+        private_redis(*SMALL, "--maxmemory-policy", "volatile-lru") as bad,
+    ):
+        proxy = TcpProxy(*host_port(good, 6379))
+        await proxy.start()
+        # A long interval: only the reconnect can make the store read the policy again.
+        store = RedisStore.from_url(f"redis://127.0.0.1:{proxy.port}/0", policy_recheck=3600)
+        try:
+            before = await store.claim("s", "k1", "f", "o", 30)
+            await proxy.stop()
+            proxy.target = host_port(bad, 6379)  # a "failover" to a replica set up otherwise
+            await proxy.start()
+            with pytest.raises(StoreUnavailableError, match="volatile-lru"):
+                for attempt in range(3):  # the first may meet the cut connection
+                    try:
+                        await store.claim("s", f"k2-{attempt}", "f", "o", 30)
+                    except StoreUnavailableError as exc:
+                        if "volatile-lru" in str(exc):
+                            raise
+        finally:
+            await store.aclose()
+            await proxy.stop()
+    assert before.claimed
+
+
+async def test_redis_without_maxmemory_is_served_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="idemtools")
+    with private_redis("--maxmemory-policy", "noeviction") as url:
+        store = RedisStore.from_url(url, policy_recheck=0.01)
+        try:
+            for i in range(3):
+                assert (await store.claim("s", f"k{i}", "f", "o", 5)).claimed
+                await __import__("asyncio").sleep(0.02)
+        finally:
+            await store.aclose()
+    warnings = [r.getMessage() for r in caplog.records if "no maxmemory" in r.getMessage()]
+    assert len(warnings) == 1 and caplog.records[0].levelno == logging.WARNING
+
+
+async def test_redis_with_maxmemory_gives_no_such_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="idemtools")
+    with private_redis(*SMALL, "--maxmemory-policy", "noeviction") as url:
+        store = RedisStore.from_url(url)
+        try:
+            assert (await store.claim("s", "k", "f", "o", 5)).claimed
+        finally:
+            await store.aclose()
+    assert not [r for r in caplog.records if "no maxmemory" in r.getMessage()]
+
+
+async def test_completion_on_a_full_redis_keeps_a_tombstone_and_never_runs_again() -> None:
+    """Issue 16, item 9: Redis' budget is its maxmemory. A completion it refuses (OOM) used
+    to be lost, and the retry ran the tool again after the lease; now a tombstone is kept."""
+    import asyncio
+
+    from idemtools.outcome import is_tombstone
+
+    gate = asyncio.Event()
+
+    class _Slow(_Tool):
+        async def __call__(self) -> Outcome:
+            self.runs += 1
+            await gate.wait()
+            return Outcome(result={"content": [{"type": "text", "text": "x" * 200_000}]})
+
+    with private_redis(*SMALL, "--maxmemory-policy", "noeviction") as url:
+        store = RedisStore.from_url(url)
+        engine = Engine(store)
+        tool = _Slow()
+        try:
+            running = asyncio.create_task(engine.handle(_call("big"), tool))
+            while tool.runs == 0:
+                await asyncio.sleep(0.01)
+            with filled_redis(url):
+                gate.set()
+                first = await running
+                retry = await engine.handle(_call("big"), tool)
+            record = await store.get(_scope(engine), "big")
+        finally:
+            await store.aclose()
+    assert first.result is not None  # the caller got its answer
+    assert record is not None and record.outcome is not None and is_tombstone(record.outcome)
+    assert retry.error is not None
+    assert retry.error["data"]["type"] == "idempotency_outcome_not_kept"
+    assert tool.runs == 1
+    assert store.outcomes_not_kept == 1
+
+
+def _scope(engine: Engine) -> str:
+    from idemtools.engine import _scope_hash
+
+    call = _call("big")
+    return _scope_hash(engine.policy_for(call.name, call.policy), call.context, "big")
