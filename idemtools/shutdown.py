@@ -140,7 +140,7 @@ class _Watch:
         for sig, handler in list(self.ours.items()):
             if signal.getsignal(sig) is handler:
                 with contextlib.suppress(ValueError, OSError):
-                    signal.signal(sig, self.previous[sig])  # type: ignore[arg-type]
+                    signal.signal(sig, self.previous[sig])
             del self.ours[sig]
             self.previous.pop(sig, None)
 
@@ -246,9 +246,9 @@ def _wrap_app_factory(installation: Installation, owner: Any, name: str) -> None
 def hook_app_lifespan(installation: Installation, app: Any) -> bool:
     """Wrap a Starlette app's lifespan in `serving()`, inside the app's own lifespan (so the
     tools still have what that lifespan set up while they finish). False if it has none."""
-    router = getattr(app, "router", None)
+    router: Any = getattr(app, "router", None)
     inner = getattr(router, "lifespan_context", None)
-    if inner is None or getattr(inner, _HOOKED, False):
+    if router is None or inner is None or getattr(inner, _HOOKED, False):
         return False
 
     @contextlib.asynccontextmanager

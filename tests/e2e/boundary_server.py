@@ -9,11 +9,15 @@ uvicorn) or `uvicorn` (the server's ASGI app under `uvicorn.run`, its lifespan d
 
 Every execution of `work` appends "<label>\\n" to LEDGER (O_APPEND, whole lines) *before* it
 awaits, so a test knows the side effect is done, and counts executions across processes.
+Environment: BOUNDARY_GRACE (seconds: `install(shutdown_grace=)`), BOUNDARY_USER_SIGTERM (a
+file: install an application SIGTERM handler that appends a line to it).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -49,13 +53,33 @@ def build(kind: str, ledger: str, store_url: str) -> Any:
         await anyio.sleep(seconds)  # "awaiting an API": the side effect is already done
         return f"done {label} pid {os.getpid()}"
 
-    idemtools.install(server, store=from_url(store_url))
+    grace = os.environ.get("BOUNDARY_GRACE")
+    idemtools.install(
+        server, store=from_url(store_url), shutdown_grace=float(grace) if grace else None
+    )
     return server
+
+
+def _user_handler(path: str) -> None:
+    """A SIGTERM handler of the application's own, there before idemtools': it only notes that
+    it ran (idemtools must chain to it, once, and must not exit the process in its place)."""
+
+    def note(sig: int, frame: object) -> None:
+        with open(path, "a") as f:
+            f.write(f"user handler {sig}\n")
+
+    signal.signal(signal.SIGTERM, note)
 
 
 def main() -> None:
     kind, runner, ledger, store_url = sys.argv[1:5]
     server = build(kind, ledger, store_url)
+    # One plain line per record on stderr (the SDKs' rich handlers wrap long lines).
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True
+    )
+    if os.environ.get("BOUNDARY_USER_SIGTERM"):
+        _user_handler(os.environ["BOUNDARY_USER_SIGTERM"])
     if runner == "stdio":
         if kind == "fastmcp":
             server.run(show_banner=False)
