@@ -121,30 +121,42 @@ class StdioServer:
         self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         return rid
 
-    def wait(self, rid: int, timeout: float = 20.0) -> dict[str, Any] | None:
-        """The reply to `rid`, or None when stdout ended (the process exited) first."""
+    def _parse(self) -> None:
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            if line.strip():
+                message = json.loads(line)
+                if "id" in message and ("result" in message or "error" in message):
+                    self.replies[message["id"]] = message
+
+    def collect(self, timeout: float, until: int | None = None) -> bool:
+        """Read replies for up to `timeout` seconds (or until the reply to `until` is in);
+        False once stdout has ended."""
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
-        while rid not in self.replies:
-            while b"\n" in self._buffer:
-                line, self._buffer = self._buffer.split(b"\n", 1)
-                if line.strip():
-                    message = json.loads(line)
-                    if "id" in message and ("result" in message or "error" in message):
-                        self.replies[message["id"]] = message
-            if rid in self.replies:
+        while (left := deadline - time.monotonic()) > 0 and until not in self.replies:
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
                 break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                self._parse()
+                return False
+            self._buffer += chunk
+            self._parse()
+        return True
+
+    def wait(self, rid: int, timeout: float = 20.0) -> dict[str, Any] | None:
+        """The reply to `rid`, or None when stdout ended (the process exited) first."""
+        deadline = time.monotonic() + timeout
+        self._parse()
+        while rid not in self.replies:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise AssertionError(f"no reply to {rid} within {timeout} s")
-            ready, _, _ = select.select([fd], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
+            if not self.collect(left, until=rid) and rid not in self.replies:
                 return None
-            self._buffer += chunk
         return self.replies[rid]
 
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
