@@ -54,9 +54,8 @@ def build(kind: str, ledger: str, store_url: str) -> Any:
         return f"done {label} pid {os.getpid()}"
 
     grace = os.environ.get("BOUNDARY_GRACE")
-    idemtools.install(
-        server, store=from_url(store_url), shutdown_grace=float(grace) if grace else None
-    )
+    options = {"shutdown_grace": float(grace)} if grace else {}
+    idemtools.install(server, store=from_url(store_url), **options)
     return server
 
 
