@@ -213,6 +213,11 @@ async def serving(installation: Installation) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        if installation.engine.executing:
+            log.info(
+                "transport ended: waiting for %d keyed call(s) in flight to be recorded",
+                installation.engine.executing,
+            )
         try:
             with anyio.CancelScope(shield=True):
                 await installation.aclose(installation.shutdown_grace)
