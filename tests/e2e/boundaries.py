@@ -209,6 +209,19 @@ def free_port() -> int:
         return port
 
 
+def _reply(response: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC answer in a response, a plain JSON body or an SSE stream; {} if none."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        for line in response.text.splitlines():
+            if line.startswith("data:") and line[5:].strip():
+                message: dict[str, Any] = json.loads(line[5:])
+                if "result" in message or "error" in message:
+                    return message
+        return {}
+    parsed: dict[str, Any] = response.json() if response.content else {}
+    return parsed
+
+
 class HttpServer:
     """A server process on streamable HTTP (stateful), through `runner` ("http", "uvicorn")."""
 
@@ -254,7 +267,9 @@ class HttpServer:
         session = response.headers.get("mcp-session-id")
         if session:
             self.headers["Mcp-Session-Id"] = session
-        self.headers["MCP-Protocol-Version"] = PROTOCOL
+        # The version the server chose (mcp 1.21 predates 2025-11-25).
+        agreed = _reply(response).get("result", {}).get("protocolVersion", PROTOCOL)
+        self.headers["MCP-Protocol-Version"] = agreed
         self.client.post(
             self.url,
             headers=self.headers,
@@ -271,14 +286,7 @@ class HttpServer:
             )
         except httpx.HTTPError:
             return None
-        if response.headers.get("content-type", "").startswith("text/event-stream"):
-            for line in response.text.splitlines():
-                if line.startswith("data:") and line[5:].strip():
-                    message: dict[str, Any] = json.loads(line[5:])
-                    if "result" in message or "error" in message:
-                        return message
-            return None
-        return response.json() if response.content else None
+        return _reply(response) or None
 
     def call_in_background(self, params: dict[str, Any]) -> threading.Thread:
         thread = threading.Thread(target=self.call, args=(params,), daemon=True)
@@ -398,7 +406,8 @@ def stdio_grace_ends(box: Box) -> None:
     try:
         server.start("tools/call", call_params("c", "k-grace", 10.0))
         box.wait_executed("c")
-        server.close_stdin()
+        # SIGTERM, not EOF: mcp 1.21 itself waits for its handlers at EOF, whatever the grace.
+        server.signal(signal.SIGTERM)
         took = server.exited_within(8.0)
         assert took < 6.0, took
     finally:
