@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -80,6 +81,10 @@ class Installation:
         return [found[name] for name in sorted(found)]
 
     _checked: bool = field(default=False, repr=False)
+    shutdown_grace: float | None = None
+    """Seconds the end of a transport or a shutdown signal waits for keyed calls in flight
+    (`install(shutdown_grace=)`); None: the longest lease among them (see Operations)."""
+    _closed: anyio.Event | None = field(default=None, repr=False)
 
     async def check_store(self, *, wait: float = STARTUP_CHECK_TIMEOUT) -> bool:
         """Read one (absent) record from the store: True when it answers.
@@ -156,10 +161,35 @@ class Installation:
 
         lowlevel.lifespan = lifespan
 
+    def hook_transports(self, *owners: Any) -> None:
+        """Make the end of every runner and ASGI app lifespan of `owners` wait for the keyed
+        calls in flight (see `idemtools.shutdown`)."""
+        from .shutdown import hook_transports
+
+        hook_transports(self, *owners)
+
+    def serving(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """`async with installation.serving(): ...` around a custom main's serving loop: when
+        it ends (returns, fails, is cancelled) the keyed calls in flight are recorded first,
+        and SIGTERM/SIGINT meanwhile shut down gracefully (see Operations, "Shutdown")."""
+        from .shutdown import serving
+
+        return serving(self)
+
     async def aclose(self, grace: float | None = None) -> None:
         """Shut down: refuse new keyed calls, let the running ones finish and be recorded
-        (at most `grace` seconds, by default their longest lease), then close the store."""
-        await self.engine.aclose(grace)
+        (at most `grace` seconds, by default their longest lease), then close the store.
+
+        Once only: a second call (the transport ended after a signal started the shutdown)
+        waits for the first."""
+        if self._closed is not None:
+            await self._closed.wait()
+            return
+        self._closed = anyio.Event()
+        try:
+            await self.engine.aclose(grace)
+        finally:
+            self._closed.set()
 
 
 def installation_of(server: Any) -> Installation | None:
@@ -185,6 +215,7 @@ def install(
     tracer_provider: TracerProvider | None = None,
     meter_provider: MeterProvider | None = None,
     replay_authorization: Literal["skip_middleware"] | None = None,
+    shutdown_grace: float | None = None,
 ) -> Installation:
     """Make every keyed `tools/call` on `server` idempotent, per SEP-3182.
 
@@ -228,6 +259,10 @@ def install(
             before a keyed call is decided, replays included, and `install()` refuses a
             server where it cannot arrange that. Other server types need no opt-out: their
             middlewares already run before replays (mcp 2.x) or they have none (mcp 1.x).
+        shutdown_grace: how long (seconds) the end of the transport — stdio EOF, `run()`
+            returning, the ASGI lifespan exiting, SIGTERM or SIGINT — waits for the keyed
+            calls in flight to finish and be recorded before the process may exit; None (the
+            default): the longest lease among them. See Operations, "Shutdown".
 
     Raises:
         InstallError: the server type is not supported, idemtools is already installed on it,
@@ -239,6 +274,7 @@ def install(
         )
     if installation_of(server) is not None:
         raise InstallError("idemtools is already installed on this server")
+    grace = _checked_grace(shutdown_grace)
     if store is None:
         from .stores.memory import MemoryStore
 
@@ -265,8 +301,17 @@ def install(
         tool_metadata=advertise_tool_metadata,
         replay_authorization=replay_authorization,
     )
+    installation.shutdown_grace = grace
     setattr(server, _ATTR, installation)
     return installation
+
+
+def _checked_grace(grace: object) -> float | None:
+    if grace is None:
+        return None
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace < math.inf:
+        raise ValueError(f"shutdown_grace must be a finite number of seconds >= 0, got {grace!r}")
+    return float(grace)
 
 
 def _checked_hook(hook: OnOutcome | None) -> OnOutcome | None:

@@ -333,6 +333,7 @@ def adapt(
     kind = "mcp1.fastmcp" if tool_manager is not None else "mcp1.lowlevel"
     installation = Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
     installation.hook_lifespan(lowlevel)  # the store is checked once, when the server starts
+    installation.hook_transports(server, lowlevel)  # their end waits for the calls in flight
     return installation
 
 

@@ -515,6 +515,7 @@ def adapt(
         server=server, engine=engine, adapter=kind, _list_tools=list_tools or sdk_list_tools
     )
     installation.hook_lifespan(lowlevel)  # the store is checked once, when the server starts
+    installation.hook_transports(server, lowlevel)  # their end waits for the calls in flight
     return installation
 
 
