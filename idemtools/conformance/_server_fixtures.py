@@ -72,7 +72,8 @@ async def _dispatch(counters: _Counters, name: str, arguments: dict[str, Any]) -
         error = throw_error(label, executions)
         if SDK2:
             raise MCPError(error["code"], error["message"], error["data"])
-        raise McpError(types.ErrorData.model_validate(error))
+        else:
+            raise McpError(types.ErrorData.model_validate(error))
     if name == RECORD_SLOW:
         ms = arguments.get("ms") or 0
         await anyio.sleep(max(0, int(ms)) / 1000)

@@ -7,7 +7,7 @@ import asyncio
 import sys
 from typing import Any
 
-from .checks import CHECKS
+from .checks import CHECKS, SCENARIOS
 from .report import Baseline, BaselineError
 from .runner import ERAS, Options, TargetError, run
 
@@ -17,8 +17,9 @@ EPILOG = """\
 TARGET is a streamable HTTP URL (http://127.0.0.1:8000/mcp) or, after `--`, the command line of
 a stdio server (idemtools conformance -- node server.js). The target must expose the fixture
 tools (docs/conformance.md). Exit status: 0 every MUST check passed (after the baseline), 1 a
-MUST check failed or a baseline entry is stale, 2 the target cannot be reached, serves no
-requested era, or lacks the fixtures.
+MUST check failed or was blocked, a baseline entry is stale, or (with --require-all) a MUST
+check did not run, 2 the target cannot be reached, serves no requested era, or lacks the
+fixtures.
 """
 
 
@@ -67,7 +68,15 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--era", choices=(*ERAS, "all"), default="all", help="protocol era(s); default: all served"
     )
     parser.add_argument(
-        "--baseline", metavar="FILE", help="expected failures: one check id per line"
+        "--baseline",
+        metavar="FILE",
+        help="expected failures: one check id per line, or the official suite's "
+        "expected-failures YAML (server: [...])",
+    )
+    parser.add_argument(
+        "--require-all",
+        action="store_true",
+        help="a MUST check that did not run (an option or a fixture missing) fails the run",
     )
     parser.add_argument(
         "--retention",
@@ -107,7 +116,8 @@ def main(args: argparse.Namespace) -> int:
         print("idemtools conformance: error: --slow-ms must be at least 50", file=sys.stderr)
         return 2
     try:
-        baseline = Baseline.load(args.baseline, CHECKS) if args.baseline else Baseline()
+        scenarios = {s.name: s.checks for s in SCENARIOS}
+        baseline = Baseline.load(args.baseline, CHECKS, scenarios) if args.baseline else Baseline()
     except BaselineError as exc:
         print(f"idemtools conformance: error: baseline {exc}", file=sys.stderr)
         return 2
@@ -128,6 +138,7 @@ def main(args: argparse.Namespace) -> int:
     except TargetError as exc:
         print(f"idemtools conformance: error: {exc}", file=sys.stderr)
         return 2
+    report.require_all = args.require_all
     for line in report.lines():
         print(line)
     if args.json:

@@ -31,6 +31,7 @@ __all__ = [
     "encode",
 ]
 
+RAW_TEXT = "rawText"  # the answer's JSON text as received, beside its parsed members
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
 CLIENT_INFO = {"name": "idemtools-conformance", "version": "1"}
@@ -166,6 +167,7 @@ class StdioWire(Wire):
                 if "method" in message and "id" in message:
                     await self._answer_server_request(message)
                     continue
+                message[RAW_TEXT] = line.decode("utf-8", "replace").rstrip("\r\n")
                 future = self._pending.pop(message.get("id"), None)
                 if future is not None and not future.done():
                     future.set_result(message)
@@ -242,7 +244,7 @@ class StdioWire(Wire):
                     await task
 
 
-def _sse_reply(text: str, rid: Any) -> dict[str, Any] | None:
+def _sse_reply(text: str, rid: Any, raw: list[str] | None = None) -> dict[str, Any] | None:
     data: list[str] = []
     found: dict[str, Any] | None = None
     for line in [*text.splitlines(), ""]:
@@ -253,6 +255,8 @@ def _sse_reply(text: str, rid: Any) -> dict[str, Any] | None:
                 event = json.loads("\n".join(data))
                 if isinstance(event, dict) and event.get("id") == rid and "method" not in event:
                     found = event
+                    if raw is not None:  # the event's JSON text, for the raw-identity check
+                        raw[:] = ["\n".join(data)]
             data = []
     return found
 
@@ -299,12 +303,16 @@ class HttpWire(Wire):
         self._last_response = response
         kind = response.headers.get("content-type", "")
         reply: dict[str, Any] | None = None
+        raw: list[str] = []
         if kind.startswith("text/event-stream"):
-            reply = _sse_reply(response.text, rid)
+            reply = _sse_reply(response.text, rid, raw)
         elif response.content:
             with contextlib.suppress(ValueError):
                 parsed = response.json()
                 reply = parsed if isinstance(parsed, dict) else None
+                raw = [response.text]
+        if reply is not None and raw:
+            reply[RAW_TEXT] = raw[0]
         if reply is not None and "jsonrpc" not in reply:
             reply = None  # e.g. an OAuth error body: not a JSON-RPC answer
         if reply is None:
