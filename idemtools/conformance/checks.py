@@ -577,6 +577,8 @@ async def _first(ctx: Context, checks: tuple[str, ...], reply: Reply) -> Outcome
 
 
 def _capability(ctx: Context, check: str, where: str) -> Outcomes:
+    method = "server/discover" if ctx.era == MODERN else "initialize"
+    ctx.transcript.append({"request": method, "answer": _cut_json(ctx.wire.opened)})
     tools = (ctx.wire.opened.get("capabilities") or {}).get("tools")
     value = tools.get("idempotency") if isinstance(tools, dict) else None
     if isinstance(value, dict):
@@ -1319,6 +1321,8 @@ async def base_error_codes(ctx: Context) -> Outcomes:
     """Every JSON-RPC error this era's checks received, against the base spec's ranges."""
     checks = ("mcp-base-error-codes-reserved", "mcp-base-error-codes-legacy")
     total = len(ctx.errors)
+    for error, sent in ctx.errors:  # the evidence: every error answer and what it answered
+        ctx.transcript.append({"request": _cut(sent), "answer": _cut_json({"error": error})})
     reserved = _codes(ctx, -32099, -32020, DEFINED_RESERVED)
     legacy = _codes(ctx, -32019, -32000, frozenset())
     return {
