@@ -17,6 +17,7 @@ import idemtools.conformance as conformance
 from idemtools.conformance import contract
 from idemtools.conformance.checks import CHECKS, SCENARIOS, Reply
 from idemtools.conformance.cli import _header
+from idemtools.conformance.jsonvalues import raw_members, raw_without, strict_equal
 from idemtools.conformance.report import Baseline, BaselineError, Report, Result
 from idemtools.conformance.wire import Raw, _sse_reply, encode
 
@@ -111,7 +112,116 @@ def test_bad_header_is_a_usage_error(text: str) -> None:
 def test_every_scenario_decides_known_checks_once() -> None:
     decided = [c for s in SCENARIOS for c in s.checks]
     assert sorted(decided) == sorted(CHECKS)
-    assert all(c.startswith("sep-3182-") for c in CHECKS)
+    assert all(c.startswith(("sep-3182-", "mcp-base-")) for c in CHECKS)
+    # The base-spec checks read every error answer of the era: they run last.
+    assert SCENARIOS[-1].checks == ("mcp-base-error-codes-reserved", "mcp-base-error-codes-legacy")
+
+
+# -- type-strict JSON equality ------------------------------------------------------------------
+
+
+@given(json_values)
+def test_strict_equal_is_reflexive_and_survives_a_json_round_trip(value: Any) -> None:
+    assert strict_equal(value, value)
+    assert strict_equal(value, json.loads(json.dumps(value)))
+
+
+@given(json_values, json_values)
+def test_strict_equal_implies_python_equality_and_is_symmetric(a: Any, b: Any) -> None:
+    assert strict_equal(a, b) == strict_equal(b, a)
+    if strict_equal(a, b):
+        assert a == b
+
+
+def _retype(value: Any) -> Any:
+    """The same number (or truth) as another JSON type, where there is one."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and abs(value) < 2**53:
+        return float(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return None
+
+
+@given(json_values, st.data())
+def test_a_value_of_another_json_type_is_never_strictly_equal(value: Any, data: Any) -> None:
+    """Python says True == 1 == 1.0; a replay that changes a JSON type must not compare equal."""
+    paths: list[list[Any]] = []
+
+    def walk(node: Any, path: list[Any]) -> None:
+        if _retype(node) is not None:
+            paths.append(path)
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, [*path, k])
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, [*path, i])
+
+    walk(value, [])
+    if not paths:
+        return
+    path = data.draw(st.sampled_from(paths))
+    changed = json.loads(json.dumps(value))
+    if not path:
+        changed = _retype(value)
+    else:
+        node = changed
+        for step in path[:-1]:
+            node = node[step]
+        node[path[-1]] = _retype(node[path[-1]])
+    assert changed == value  # Python cannot tell them apart
+    assert not strict_equal(value, changed)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"), [(True, 1), (1, 1.0), (True, 1.0), ({"a": [0]}, {"a": [False]}), (None, 0)]
+)
+def test_strict_equal_tells_types_apart(a: Any, b: Any) -> None:
+    assert a == b or a is None
+    assert not strict_equal(a, b)
+
+
+@given(json_values, json_values)
+def test_raw_members_find_each_member_as_written(meta: Any, rest: Any) -> None:
+    body = {"content": rest, "_meta": meta, "isError": False}
+    for indent in (None, 3):
+        text = json.dumps({"jsonrpc": "2.0", "id": 7, "result": body}, indent=indent)
+        members = raw_members(text)
+        assert members is not None and [m[0] for m in members] == ["jsonrpc", "id", "result"]
+        cut = raw_without(text, "result", "_meta")
+        assert cut is not None
+        assert json.loads(cut) == {"content": rest, "isError": False}
+    last = json.dumps({"result": {"content": rest, "_meta": meta}})
+    assert json.loads(raw_without(last, "result", "_meta") or "null") == {"content": rest}
+    assert raw_without('{"error": {}}', "result", "_meta") is None
+
+
+def test_baseline_in_the_official_suites_yaml_shape() -> None:
+    """`server:` entries: `<scenario>`, `<scenario>:<check-id>`, or a bare check id."""
+    scenarios = {s.name: s.checks for s in SCENARIOS}
+    text = (
+        "# expected failures, as in the official suite\n"
+        "server:\n"
+        "  - in_progress        # a whole scenario\n"
+        "  - conflicts:sep-3182-conflict-tool-name\n"
+        "  - 'sep-3182-equivalence-numbers'\n"
+        "client:\n"
+        "  - auth/basic-dcr\n"
+    )
+    ids = Baseline.parse(text, CHECKS, scenarios).ids
+    in_progress = next(s for s in SCENARIOS if s.name == "in_progress").checks
+    assert ids == {*in_progress, "sep-3182-conflict-tool-name", "sep-3182-equivalence-numbers"}
+    assert Baseline.parse("server: []\n", CHECKS, scenarios).ids == frozenset()
+    with pytest.raises(BaselineError, match="no space after the colon"):
+        Baseline.parse("server:\n  - conflicts: sep-3182-conflict-tool-name\n", CHECKS)
+    with pytest.raises(BaselineError, match="unknown check id or scenario 'nope'"):
+        Baseline.parse("server:\n  - nope\n", CHECKS, scenarios)
+    with pytest.raises(BaselineError, match="unknown check id 'sep-3182-nope'"):
+        Baseline.parse("server:\n  - x:sep-3182-nope\n", CHECKS, scenarios)
+    with pytest.raises(BaselineError, match="unknown section"):
+        Baseline.parse("servers:\n  - sep-3182-shared-store\n", CHECKS, scenarios)
 
 
 def test_baseline_file_grammar() -> None:
@@ -128,32 +238,73 @@ results = st.lists(
     st.builds(
         Result,
         id=st.sampled_from(sorted(CHECKS)),
-        level=st.sampled_from(["MUST", "SHOULD", "MAY"]),
-        status=st.sampled_from(["pass", "fail", "skip"]),
+        level=st.sampled_from(["MUST", "SHOULD", "MAY", "INFO"]),
+        status=st.sampled_from(["pass", "fail", "skip", "blocked"]),
         section=st.just("s"),
         detail=st.just("d"),
         era=st.sampled_from(["2025-11-25", "2026-07-28"]),
+        enable=st.sampled_from([None, "--also URL", "--retention SECONDS"]),
+        blocked_by=st.sampled_from([None, "sep-3182-duplicate-not-executed"]),
     ),
     max_size=12,
 )
 
 
-@given(results, st.frozensets(st.sampled_from(sorted(CHECKS)), max_size=4))
-def test_exit_code_is_unexpected_must_failures_or_stale_baseline(
-    found: list[Result], expected: frozenset[str]
+@given(results, st.frozensets(st.sampled_from(sorted(CHECKS)), max_size=4), st.booleans())
+def test_exit_code_is_unexpected_must_failures_stale_baseline_or_required_skips(
+    found: list[Result], expected: frozenset[str], require_all: bool
 ) -> None:
-    report = Report(target="t", eras=["2025-11-25"], results=found, baseline=Baseline(expected))
-    failed = {r.id for r in found if r.status == "fail"}
-    unexpected = {r.id for r in found if r.status == "fail" and r.level == "MUST"} - expected
+    report = Report(
+        target="t",
+        eras=["2025-11-25"],
+        results=found,
+        baseline=Baseline(expected),
+        require_all=require_all,
+    )
+    failed = {r.id for r in found if r.status in ("fail", "blocked")}
+    unexpected = {r.id for r in found if r.status in ("fail", "blocked") and r.level == "MUST"}
+    unexpected -= expected
     stale = expected - failed
-    assert report.exit_code() == (1 if unexpected or stale else 0)
+    not_run = {r.id for r in found if r.status == "skip" and r.level == "MUST" and r.enable}
+    fails = bool(unexpected or stale or (require_all and not_run))
+    assert report.exit_code() == (1 if fails else 0)
     summary = report.summary()
     assert set(summary["unexpected_failures"]) == unexpected
     assert set(summary["stale_baseline"]) == stale
     assert set(summary["expected_failures"]) == expected & failed
-    assert summary["passed"] + summary["failed"] + summary["skipped"] == len(found)
-    assert len(report.lines()) >= len(found) + 2
+    assert set(summary["skipped_must"]) == not_run
+    counted = summary["passed"] + summary["failed"] + summary["skipped"] + summary["blocked"]
+    assert counted == len(found)
+    lines = report.lines()
+    assert len(lines) >= len(found) + 2
+    # Never "conformant" while a MUST check did not run; always say how many and what runs them.
+    assert (lines[-1] == "conformant") == (not fails and not not_run)
+    if not_run:
+        assert any(f"{len(not_run)} MUST check" in line for line in lines)
+        assert all(f"{r.enable}" in "\n".join(lines) for r in found if r.id in not_run)
     assert json.loads(report.render_json())["summary"] == summary
+
+
+def test_a_blocked_must_fails_the_run_and_names_what_blocked_it() -> None:
+    blocked = Result(
+        "sep-3182-conflict-jsonrpc-error-record",
+        "MUST",
+        "blocked",
+        "s",
+        "sep3182_throw did not answer",
+        "2025-11-25",
+        blocked_by="sep-3182-error-replayed-jsonrpc",
+    )
+    info = Result("sep-3182-replay-raw-identical", "INFO", "fail", "s", "differs", "2025-11-25")
+    report = Report("t", ["2025-11-25"], [info])
+    assert report.exit_code() == 0 and report.lines()[-1] == "conformant"
+    report.results.append(blocked)
+    assert report.exit_code() == 1
+    assert any("blocked by sep-3182-error-replayed-jsonrpc" in line for line in report.lines())
+    check = report.as_json()["checks"][1]
+    assert check["status"] == "blocked"
+    assert check["blocked_by"] == "sep-3182-error-replayed-jsonrpc"
+    assert report.summary()["blocked"] == 1
 
 
 def test_unreachable_url_exits_2(tmp_path: Path) -> None:
@@ -193,7 +344,7 @@ def test_also_needs_http(tmp_path: Path) -> None:
     assert kit.code == 2 and "--also needs an HTTP TARGET" in kit.err
 
 
-KIT_MODULES = ["__init__", "checks", "cli", "contract", "report", "runner", "wire"]
+KIT_MODULES = ["__init__", "checks", "cli", "contract", "jsonvalues", "report", "runner", "wire"]
 FORBIDDEN = (
     "idemtools.engine",
     "idemtools.stores",
