@@ -242,8 +242,8 @@ class Report:
         """What would run the skipped MUST checks (options, fixtures), each once."""
         out: list[str] = []
         for r in self.results:
-            if r.id in self.skipped_must() and r.status == "skip" and r.enable not in out:
-                out.append(str(r.enable))
+            if r.status == "skip" and r.level == "MUST" and r.enable and r.enable not in out:
+                out.append(r.enable)
         return out
 
     def exit_code(self) -> int:
