@@ -924,7 +924,7 @@ async def scope_per_caller(ctx: Context) -> Outcomes:
         return bad
     theirs = await ctx.call(RECORD, {"label": label}, key, wire=other)
     mine_again = await ctx.call(RECORD, {"label": label}, key)
-    if theirs.same_result(mine) or (theirs.error_data() or {}).get("type") in (
+    if theirs.same_result(mine) or theirs.error_type() in (
         "idempotency_key_conflict",
         "idempotency_key_in_progress",
     ):
@@ -951,8 +951,7 @@ async def mrtr(ctx: Context) -> Outcomes:
     cont = await ctx.call(RECORD, {"label": label}, key, extra=continuation)
     retry = await ctx.call(RECORD, {"label": label}, key)
     count = await ctx.count(label)
-    data = cont.error_data() or {}
-    idempotency_error = str(data.get("type", "")).startswith("idempotency_key")
+    idempotency_error = (cont.error_type() or "").startswith("idempotency_key")
     if cont.same_result(first) or idempotency_error:
         return {
             check: (

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,12 @@ def test_the_json_report_has_the_documented_shape(tmp_path: Path) -> None:
     assert len(check_lines) == len(kit.report["checks"])
     for line, check in zip(check_lines, kit.report["checks"], strict=True):
         assert f"{check['id']} [{check['era']}] {check['section']}: " in line  # names the section
+    schema = json.loads((HERE.parents[1] / "docs" / "conformance-report.schema.json").read_text())
+    try:
+        import jsonschema
+    except ImportError:  # the schema's enums, checked by hand
+        checks = schema["properties"]["checks"]["items"]["properties"]
+        assert {c["level"] for c in kit.report["checks"]} <= set(checks["level"]["enum"])
+        assert {c["status"] for c in kit.report["checks"]} <= set(checks["status"]["enum"])
+    else:
+        jsonschema.validate(kit.report, schema)
