@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import idemtools.conformance as conformance
 from idemtools.conformance import contract
-from idemtools.conformance.checks import CHECKS, SCENARIOS, Reply
+from idemtools.conformance.checks import CHECKS, SCENARIOS, Context, Reply, record
 from idemtools.conformance.cli import _header
 from idemtools.conformance.jsonvalues import raw_members, raw_without, strict_equal
 from idemtools.conformance.report import Baseline, BaselineError, Report, Result
@@ -415,3 +415,25 @@ def test_numbers_in_the_equivalence_texts_are_equal_values() -> None:
         assert len(set(texts)) == len(texts), scenario
     one = json.loads('{"n": 1e0}')["n"]
     assert one == 1 and math.isclose(one, 1.0)
+
+
+def test_one_bug_one_failure_the_rest_are_blocked_by_it() -> None:
+    """Within a scenario the same failure is reported once; a dead connection once per era."""
+    report = Report("t", ["2025-11-25"])
+    ctx = Context(era="2025-11-25", wire=None, run_id="r")  # type: ignore[arg-type]
+    same: Any = ("fail", "the first keyed call did not answer: {}")
+    a = record(report, ctx, "sep-3182-conflict-rejected", same)
+    b = record(report, ctx, "sep-3182-conflict-not-executed", same)
+    dead: Any = ("fail", "wire failure: the server process ended")
+    c = record(report, ctx, "sep-3182-equivalence-numbers", dead)
+    ctx.causes = {}  # the next scenario
+    d = record(report, ctx, "sep-3182-no-unicode-normalization", dead)
+    e = record(report, ctx, "sep-3182-key-case-sensitive", same)
+    explicit: Any = ("fail", "x", {"blocked_by": "sep-3182-in-progress-not-blocked"})
+    f = record(report, ctx, "sep-3182-in-progress-error-data", explicit)
+    assert (a.status, b.status, b.blocked_by) == ("fail", "blocked", a.id)
+    assert (c.status, d.status, d.blocked_by) == ("fail", "blocked", c.id)
+    assert e.status == "fail"  # the same words in another scenario: its own failure
+    assert (f.status, f.blocked_by) == ("blocked", "sep-3182-in-progress-not-blocked")
+    assert b.text == CHECKS[b.id].text and b.url.endswith("/pull/3182")
+    assert report.exit_code() == 1 and report.summary()["blocked"] == 3
