@@ -203,6 +203,12 @@ def test_lowlevel_server_with_fixtures_passes_over_stdio(tmp_path: Path) -> None
     kit = run_kit(tmp_path, "--", *server_command("lowlevel"))
     # A low-level server answers sep3182_throw on both mcp lines.
     assert_idemtools_passes(kit, OPTIONAL | s("scope-per-caller", "scope-across-connections"))
+    # --require-all: the MUST checks that did not run (no --also, no --retention) fail the run.
+    strict = run_kit(tmp_path, "--era", LEGACY, "--require-all", "--", *server_command("lowlevel"))
+    assert strict.code == 1 and strict.ids("fail") == set(), strict.out
+    assert strict.report["summary"]["require_all"] is True
+    assert set(strict.report["summary"]["skipped_must"]) == OPTIONAL
+    assert strict.out.splitlines()[-1] == "not conformant"
 
 
 @pytest.mark.parametrize("store", ["shared", "per-instance"])
