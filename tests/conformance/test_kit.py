@@ -210,9 +210,17 @@ def test_baseline_in_the_official_suites_yaml_shape() -> None:
         "client:\n"
         "  - auth/basic-dcr\n"
     )
-    ids = Baseline.parse(text, CHECKS, scenarios).ids
+    baseline = Baseline.parse(text, CHECKS, scenarios)
     in_progress = next(s for s in SCENARIOS if s.name == "in_progress").checks
-    assert ids == {*in_progress, "sep-3182-conflict-tool-name", "sep-3182-equivalence-numbers"}
+    assert baseline.ids == {"sep-3182-conflict-tool-name", "sep-3182-equivalence-numbers"}
+    assert baseline.groups == (("in_progress", frozenset(in_progress)),)
+    assert all(baseline.covers(c) for c in in_progress)
+    # A whole-scenario entry: any of its checks may fail; it is stale only when none failed.
+    one = Result(in_progress[0], "MUST", "fail", "s", "d", "2025-11-25")
+    rest = [Result(c, "MUST", "pass", "s", "d", "2025-11-25") for c in in_progress[1:]]
+    only = Baseline(groups=baseline.groups)
+    assert Report("t", ["e"], [one, *rest], only).exit_code() == 0
+    assert Report("t", ["e"], rest, only).stale() == ["in_progress"]
     assert Baseline.parse("server: []\n", CHECKS, scenarios).ids == frozenset()
     with pytest.raises(BaselineError, match="no space after the colon"):
         Baseline.parse("server:\n  - conflicts: sep-3182-conflict-tool-name\n", CHECKS)

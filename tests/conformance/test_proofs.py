@@ -193,6 +193,20 @@ def test_baseline_turns_known_failures_green_and_stale_entries_red(tmp_path: Pat
     assert kit.code == 0, kit.out
     assert kit.report["summary"]["expected_failures"] == musts
     assert "XFAIL" in kit.out
+    # The same baseline in the official suite's expected-failures YAML shape.
+    official = tmp_path / "expected-failures.yml"
+    official.write_text(
+        "server:\n"
+        "  - capability_initialize\n"
+        "  - in_progress                  # the whole scenario may fail\n"
+        "  - conflicts:sep-3182-conflict-tool-name\n"
+        "  - sep-3182-equivalence-numbers\n"
+        "client:\n"
+        "  - auth/basic-dcr\n"
+    )
+    kit = run_kit(tmp_path, "--baseline", str(official), *command)
+    assert kit.code == 0, kit.out
+    assert set(musts) <= set(kit.report["summary"]["expected_failures"])
     baseline.write_text("\n".join([*musts, "sep-3182-unkeyed-unaffected"]))  # passes: stale
     kit = run_kit(tmp_path, "--baseline", str(baseline), *command)
     assert kit.code == 1
