@@ -14,6 +14,7 @@ specification, not the SEP, and are labelled so.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import unicodedata
@@ -50,6 +51,7 @@ class CheckInfo:
     text: str
     reading: str = ""  # why this level, where `text` carries no keyword (or not this one)
     url: str = SEP_URL
+    after: str | None = None  # the prerequisite: when it failed, this check's failure is blocked
 
     @property
     def base_spec(self) -> bool:
@@ -339,6 +341,25 @@ CHECKS: dict[str, CheckInfo] = {
 }
 
 
+# Every check that needs a keyed retry to be recognised rests on sep-3182-duplicate-not-executed:
+# when a server runs every keyed retry again (it ignores the key), their failures are that one
+# bug, reported once (the others `blocked` by it).
+_INDEPENDENT = {
+    "sep-3182-capability-initialize",
+    "sep-3182-capability-discover",
+    "sep-3182-duplicate-not-executed",
+    "sep-3182-in-progress-not-blocked",
+    "sep-3182-unkeyed-unaffected",
+    "mcp-base-error-codes-reserved",
+    "mcp-base-error-codes-legacy",
+}
+PREREQUISITE = "sep-3182-duplicate-not-executed"
+CHECKS = {
+    k: c if k in _INDEPENDENT else dataclasses.replace(c, after=PREREQUISITE)
+    for k, c in CHECKS.items()
+}
+
+
 class OpenError(WireError):
     """The second caller's or the other instance's connection was refused."""
 
@@ -426,6 +447,7 @@ class Context:
     errors: list[tuple[dict[str, Any], str]] = field(default_factory=list)
     causes: dict[str, str] = field(default_factory=dict)  # failure detail -> first check id
     era_causes: dict[str, str] = field(default_factory=dict)  # the same, for wire failures
+    failed: set[str] = field(default_factory=set)  # checks failed in this era
     _opened: list[Wire] = field(default_factory=list)
     _tools: set[str] | None = None
 
@@ -527,8 +549,8 @@ def record(report: Report, ctx: Context, check_id: str, outcome: Outcome) -> Res
 
     One bug, one failure: a failure whose detail an earlier failed check of this era already
     reported (the same first call that did not answer, the same dead connection) is `blocked`
-    by that check rather than counted again; `extra["blocked_by"]` names a prerequisite
-    explicitly.
+    by that check rather than counted again, and so is a failure of a check whose prerequisite
+    (`CheckInfo.after`) failed in this era; `extra["blocked_by"]` names one explicitly.
     """
     info = CHECKS[check_id]
     status, detail = outcome[0], outcome[1]
@@ -539,8 +561,12 @@ def record(report: Report, ctx: Context, check_id: str, outcome: Outcome) -> Res
         first = causes.setdefault(detail, check_id)
         if first != check_id:
             status, blocked_by = "blocked", first
+        elif info.after is not None and info.after in ctx.failed:
+            status, blocked_by = "blocked", info.after
     if blocked_by is not None:
         status = "blocked"
+    if status == "fail":
+        ctx.failed.add(check_id)
     result = Result(
         check_id,
         info.level,

@@ -445,3 +445,26 @@ def test_one_bug_one_failure_the_rest_are_blocked_by_it() -> None:
     assert (f.status, f.blocked_by) == ("blocked", "sep-3182-in-progress-not-blocked")
     assert b.text == CHECKS[b.id].text and b.url.endswith("/pull/3182")
     assert report.exit_code() == 1 and report.summary()["blocked"] == 3
+
+
+def test_when_every_keyed_retry_runs_again_the_dependants_are_blocked_by_that() -> None:
+    report = Report("t", ["2026-07-28"])
+    ctx = Context(era="2026-07-28", wire=None, run_id="r")  # type: ignore[arg-type]
+    independent = record(report, ctx, "sep-3182-capability-discover", ("fail", "missing"))
+    dup = record(report, ctx, "sep-3182-duplicate-not-executed", ("fail", "2 executions"))
+    ctx.causes = {}
+    passed = record(report, ctx, "sep-3182-conflict-no-cached-result", ("pass", "ok"))
+    dependant = record(report, ctx, "sep-3182-error-replayed-jsonrpc", ("fail", "2 executions."))
+    codes = record(report, ctx, "mcp-base-error-codes-reserved", ("fail", "-32052"))
+    assert (independent.status, dup.status, passed.status, codes.status) == ("fail",) * 2 + (
+        "pass",
+        "fail",
+    )
+    assert (dependant.status, dependant.blocked_by) == ("blocked", dup.id)
+    assert dependant.detail == "2 executions."  # what it saw, still reported
+    assert CHECKS["sep-3182-capability-discover"].after is None
+    assert all(
+        c.after == "sep-3182-duplicate-not-executed"
+        for c in CHECKS.values()
+        if c.id.startswith("sep-3182-key-") or c.id.startswith("sep-3182-equivalence-")
+    )
