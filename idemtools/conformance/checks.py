@@ -1326,12 +1326,12 @@ def _codes(ctx: Context, low: int, high: int, allowed: frozenset[int]) -> list[s
     for error, sent in ctx.errors:
         code = error.get("code")
         if type(code) is int and low <= code <= high and code not in allowed:
-            kind = (
-                (error.get("data") or {}).get("type")
-                if isinstance(error.get("data"), dict)
-                else None
-            )
-            name = json.loads(sent).get("name") if sent.startswith("{") else None
+            data = error.get("data")
+            kind = data.get("type") if isinstance(data, dict) else None
+            try:
+                name = json.loads(sent).get("name")
+            except (ValueError, AttributeError):
+                name = None
             seen.setdefault(
                 code,
                 f"{code} ({error.get('message')!r}"

@@ -468,3 +468,33 @@ def test_when_every_keyed_retry_runs_again_the_dependants_are_blocked_by_that() 
         for c in CHECKS.values()
         if c.id.startswith("sep-3182-key-") or c.id.startswith("sep-3182-equivalence-")
     )
+
+
+async def test_base_error_codes_judge_every_error_answer_by_range() -> None:
+    from idemtools.conformance.checks import base_error_codes
+
+    ctx = Context(era="2026-07-28", wire=None, run_id="r")  # type: ignore[arg-type]
+    conflict = {"type": "idempotency_key_conflict"}
+    ctx.errors = [
+        ({"code": -32052, "message": "conflict", "data": conflict}, '{"name": "sep3182_record"}'),
+        ({"code": -32020, "message": "HeaderMismatch"}, "{}"),  # defined by the spec
+        ({"code": -32042, "message": "URL elicitation"}, "{}"),  # 2025-11-25 only: undefined
+        ({"code": -32001, "message": "legacy"}, "{}"),
+        ({"code": -32800, "message": "Request cancelled"}, "{}"),  # the SDK's own: neither
+        ({"code": 1001, "message": "thrown"}, "{}"),
+    ]
+    out = await base_error_codes(ctx)
+    reserved, legacy = out["mcp-base-error-codes-reserved"], out["mcp-base-error-codes-legacy"]
+    assert reserved[0] == "fail" and legacy[0] == "fail"
+    assert (
+        "-32052 ('conflict', data.type idempotency_key_conflict, answering sep3182_record)"
+        in (reserved[1])
+    )
+    assert (
+        "-32042 (" in reserved[1] and "-32020 (" not in reserved[1] and "-32001" not in reserved[1]
+    )
+    assert "-32001" in legacy[1] and "-32800" not in legacy[1] + reserved[1]
+    ctx.errors = ctx.errors[-2:]
+    out = await base_error_codes(ctx)
+    assert out["mcp-base-error-codes-reserved"][0] == "pass"
+    assert out["mcp-base-error-codes-legacy"][0] == "pass"
