@@ -2,23 +2,26 @@
 
 `idemtools conformance TARGET` speaks raw JSON-RPC (stdio or streamable HTTP) to a server it did
 not build and checks every MUST and SHOULD of SEP-3182 that a client can observe, using four
-fixture tools the server exposes (`contract`). The kit's modules import nothing of idemtools'
-engine, stores or adapters: a server passes because of what it answers, never because it runs
-idemtools. Only `add_fixture_tools`, the server side, imports the MCP SDK.
+fixture tools the server exposes (`contract`; a fifth, `sep3182_throw`, is optional). The kit's
+modules import nothing of idemtools' engine, stores or adapters: a server passes because of what
+it answers, never because it runs idemtools. Only `add_fixture_tools`, the server side, imports
+the MCP SDK.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .contract import COUNT, FAIL, FIXTURE_TOOLS, RECORD, RECORD_SLOW
+from .contract import COUNT, FAIL, FIXTURE_TOOLS, OPTIONAL_FIXTURES, RECORD, RECORD_SLOW, THROW
 
 __all__ = [
     "COUNT",
     "FAIL",
     "FIXTURE_TOOLS",
+    "OPTIONAL_FIXTURES",
     "RECORD",
     "RECORD_SLOW",
+    "THROW",
     "add_fixture_tools",
     "traceability",
 ]
@@ -35,6 +38,10 @@ def add_fixture_tools(server: Any) -> None:
 
     On an mcp 1.x low-level `Server`, call it before `idemtools.install()`: that line's
     `tools/call` handler is a single dict entry, and the fixtures wrap whatever is there.
+
+    `sep3182_throw` (a JSON-RPC error with data) is added wherever a tool can answer one: not on
+    mcp 1.x FastMCP, which turns every exception a tool raises into an `isError` result; there
+    the kit skips the two checks that need it and says so.
 
     Ship these tools in test or staging builds, not to production clients: they exist so that a
     black box can count executions.

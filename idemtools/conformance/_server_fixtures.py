@@ -2,6 +2,11 @@
 
 No `from __future__ import annotations` here: FastMCP and MCPServer read the tools' annotations
 as objects, and these functions are defined inside `add`.
+
+`sep3182_throw` answers a JSON-RPC error, which needs the SDK's own error exception to leave the
+tool: mcp 2.x (MCPServer and the low-level `Server`) and the mcp 1.x low-level `Server` let it
+through; mcp 1.x FastMCP turns every exception a tool raises into an `isError` result, so there
+the fixture is not listed and the kit skips the checks that need it, naming the fixture.
 """
 
 import inspect
@@ -12,13 +17,27 @@ import anyio
 from ..adapters import SDK2
 from ..errors import InstallError
 from ..installation import installation_of
-from .contract import COUNT, DESCRIPTIONS, FAIL, FIXTURE_TOOLS, RECORD, RECORD_SLOW, SCHEMAS
+from .contract import (
+    COUNT,
+    DESCRIPTIONS,
+    FAIL,
+    FIXTURE_TOOLS,
+    RECORD,
+    RECORD_SLOW,
+    SCHEMAS,
+    THROW,
+    throw_error,
+)
 from .contract import answer_text as _text
 
 if SDK2:
     import mcp_types as types
+    from mcp.shared.exceptions import MCPError
 else:
     from mcp import types  # type: ignore[no-redef,unused-ignore]
+    from mcp.shared.exceptions import McpError  # type: ignore[attr-defined,unused-ignore]
+
+_SERVED = (*FIXTURE_TOOLS, THROW)
 
 __all__ = ["add"]
 
@@ -50,6 +69,12 @@ async def _dispatch(counters: _Counters, name: str, arguments: dict[str, Any]) -
     if name == COUNT:
         return _result(label, counters.get(label))
     executions = counters.record(label)
+    if name == THROW:
+        error = throw_error(label, executions)
+        if SDK2:
+            raise MCPError(error["code"], error["message"], error["data"])
+        else:
+            raise McpError(types.ErrorData.model_validate(error))
     if name == RECORD_SLOW:
         ms = arguments.get("ms") or 0
         await anyio.sleep(max(0, int(ms)) / 1000)
@@ -61,7 +86,7 @@ def _tools() -> list[Any]:
         types.Tool.model_validate(
             {"name": name, "description": DESCRIPTIONS[name], "inputSchema": SCHEMAS[name]}
         )
-        for name in FIXTURE_TOOLS
+        for name in _SERVED
     ]
 
 
@@ -81,7 +106,13 @@ def _add_high_level(server: Any, counters: _Counters) -> None:
     async def sep3182_count(label: str) -> types.CallToolResult:
         return await _dispatch(counters, COUNT, {"label": label})  # type: ignore[no-any-return]
 
-    for fn in (sep3182_record, sep3182_record_slow, sep3182_fail, sep3182_count):
+    async def sep3182_throw(label: str, payload: Any = None) -> types.CallToolResult:
+        return await _dispatch(counters, THROW, {"label": label})  # type: ignore[no-any-return]
+
+    tools: list[Any] = [sep3182_record, sep3182_record_slow, sep3182_fail, sep3182_count]
+    if SDK2:  # mcp 1.x FastMCP would answer the error as an isError result: not listed there
+        tools.append(sep3182_throw)
+    for fn in tools:
         server.add_tool(fn, name=fn.__name__, description=DESCRIPTIONS[fn.__name__])
 
 
@@ -99,7 +130,7 @@ if SDK2:
             return types.ListToolsResult(tools=tools)
 
         async def call_tool(ctx: Any, params: Any) -> Any:
-            if params.name in FIXTURE_TOOLS:
+            if params.name in _SERVED:
                 return await _dispatch(counters, params.name, dict(params.arguments or {}))
             if previous_call is None:
                 return types.CallToolResult.model_validate(
@@ -135,7 +166,7 @@ else:
             return types.ServerResult(types.ListToolsResult(tools=tools))
 
         async def call_tool(req: Any) -> Any:
-            if req.params.name in FIXTURE_TOOLS:
+            if req.params.name in _SERVED:
                 result = await _dispatch(
                     counters, req.params.name, dict(req.params.arguments or {})
                 )

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from .checks import CHECKS
+from .checks import CHECKS, SCENARIOS
 from .report import Baseline, BaselineError
 from .runner import DEFAULT_DEADLINE, ERAS, Options, Stopped, TargetError, run
 from .wire import DEFAULT_MAX_MESSAGE
@@ -19,9 +19,10 @@ EPILOG = """\
 TARGET is a streamable HTTP URL (http://127.0.0.1:8000/mcp) or, after `--`, the command line of
 a stdio server (idemtools conformance -- node server.js). The target must expose the fixture
 tools (docs/conformance.md). Exit status: 0 every MUST check passed (after the baseline), 1 a
-MUST check failed or a baseline entry is stale, 2 the target cannot be reached, serves no
-requested era, or lacks the fixtures. A run that stops early (--deadline passed, or the target
-went away) prints what it decided and exits 1 if a MUST check had failed by then, else 2.
+MUST check failed or was blocked, a baseline entry is stale, or (with --require-all) a MUST
+check did not run, 2 the target cannot be reached, serves no requested era, or lacks the
+fixtures. A run that stops early (--deadline passed, or the target went away) prints what it
+decided and exits 1 if a MUST check had failed by then, else 2.
 """
 
 
@@ -80,7 +81,15 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--era", choices=(*ERAS, "all"), default="all", help="protocol era(s); default: all served"
     )
     parser.add_argument(
-        "--baseline", metavar="FILE", help="expected failures: one check id per line"
+        "--baseline",
+        metavar="FILE",
+        help="expected failures: one check id per line, or the official suite's "
+        "expected-failures YAML (server: [...])",
+    )
+    parser.add_argument(
+        "--require-all",
+        action="store_true",
+        help="a MUST check that did not run (an option or a fixture missing) fails the run",
     )
     parser.add_argument(
         "--retention",
@@ -145,7 +154,8 @@ def main(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        baseline = Baseline.load(args.baseline, CHECKS) if args.baseline else Baseline()
+        scenarios = {s.name: s.checks for s in SCENARIOS}
+        baseline = Baseline.load(args.baseline, CHECKS, scenarios) if args.baseline else Baseline()
     except BaselineError as exc:
         print(f"idemtools conformance: error: baseline {exc}", file=sys.stderr)
         return 2
@@ -171,6 +181,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     except Stopped as exc:
         stopped, report = exc, exc.report
+    report.require_all = args.require_all
     code = report.exit_code()
     lines = report.lines()
     if stopped is not None:

@@ -11,6 +11,10 @@ implements it in a few lines (see docs/conformance.md).
   then answer the count it recorded (an in-progress call a duplicate can overtake).
 - `sep3182_fail {label, payload?}`: count one execution; answer `isError: true` with the count.
 - `sep3182_count {label}`: answer the count of `label` without executing anything.
+- `sep3182_throw {label, payload?}` (optional: a target without it still gets a report, with the
+  JSON-RPC error checks skipped): count one execution, then answer a JSON-RPC *error* (not a
+  result) with code `THROW_CODE`, an application code outside the range JSON-RPC and MCP reserve,
+  and `data` `{"label": ..., "count": n}`.
 
 Answers are one text content block holding the JSON object `{"label": ..., "executions": n}`
 (a `structuredContent` with the same object is allowed too). `payload` is any JSON value; it is
@@ -29,18 +33,26 @@ __all__ = [
     "COUNT",
     "FAIL",
     "FIXTURE_TOOLS",
+    "OPTIONAL_FIXTURES",
     "RECORD",
     "RECORD_SLOW",
     "SCHEMAS",
+    "THROW",
+    "THROW_CODE",
     "answer_text",
     "executions_of",
+    "throw_count",
+    "throw_error",
 ]
 
 RECORD = "sep3182_record"
 RECORD_SLOW = "sep3182_record_slow"
 FAIL = "sep3182_fail"
 COUNT = "sep3182_count"
-FIXTURE_TOOLS = (RECORD, RECORD_SLOW, FAIL, COUNT)
+THROW = "sep3182_throw"
+FIXTURE_TOOLS = (RECORD, RECORD_SLOW, FAIL, COUNT)  # required: the kit refuses a target without
+OPTIONAL_FIXTURES = (THROW,)  # newer: without it, the checks that need it are skipped
+THROW_CODE = 1001  # outside -32768..-32000, which JSON-RPC and MCP reserve
 
 _LABEL = {"type": "string", "description": "what to count executions of"}
 _PAYLOAD = {"description": "any JSON value; ignored, lets a caller vary the arguments"}
@@ -66,6 +78,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "required": ["label"],
     },
     COUNT: {"type": "object", "properties": {"label": _LABEL}, "required": ["label"]},
+    THROW: {
+        "type": "object",
+        "properties": {"label": _LABEL, "payload": _PAYLOAD},
+        "required": ["label"],
+    },
 }
 
 DESCRIPTIONS = {
@@ -73,12 +90,29 @@ DESCRIPTIONS = {
     RECORD_SLOW: "SEP-3182 conformance fixture: count one execution, sleep `ms`, answer.",
     FAIL: "SEP-3182 conformance fixture: count one execution, answer isError with the count.",
     COUNT: "SEP-3182 conformance fixture: the execution count of `label` (executes nothing).",
+    THROW: "SEP-3182 conformance fixture: count one execution, answer a JSON-RPC error.",
 }
 
 
 def answer_text(label: str, executions: int) -> str:
     """The text block every fixture answers with."""
     return json.dumps({"label": label, "executions": executions})
+
+
+def throw_error(label: str, count: int) -> dict[str, Any]:
+    """The JSON-RPC `error` object `sep3182_throw` answers with."""
+    return {
+        "code": THROW_CODE,
+        "message": f"sep3182_throw: execution {count} of {label}",
+        "data": {"label": label, "count": count},
+    }
+
+
+def throw_count(error: Any) -> int | None:
+    """The execution count in `sep3182_throw`'s JSON-RPC error, or None when there is none."""
+    data = error.get("data") if isinstance(error, dict) else None
+    count = data.get("count") if isinstance(data, dict) else None
+    return count if type(count) is int else None
 
 
 _EXECUTIONS = re.compile(r'"executions"\s*:\s*(\d+)')

@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checks import CHECKS, SCENARIOS, Context, OpenError, Outcomes, WireOpener
+from .checks import SCENARIOS, Context, OpenError, Outcomes, WireOpener, record
 from .contract import FIXTURE_TOOLS
-from .report import Baseline, Report, Result
+from .report import Baseline, Report
 from .wire import (
     DEFAULT_MAX_MESSAGE,
     LEGACY,
@@ -201,10 +201,11 @@ async def _run_era(
             "stdio: the authorization boundary is the process's local user; one stdio server "
             "has one caller"
         )
+    if options.is_http:
+        ctx.reconnect = _opener(options, era, budget)  # the same caller on a new connection
     if options.also is not None:
         ctx.other_instance = _opener(options, era, budget, url=options.also)
-    if era == report.eras[0]:
-        ctx.retention = options.retention  # waits in real time: once per run is enough
+    ctx.retention = options.retention  # every era: each keeps its own records
     try:
         for scenario in SCENARIOS:
             if era not in scenario.eras:
@@ -228,11 +229,7 @@ async def _run_era(
                 except WireError as exc:
                     outcomes = dict.fromkeys(scenario.checks, ("fail", f"wire failure: {exc}"))
             for check_id in scenario.checks:
-                info = CHECKS[check_id]
-                status, detail = outcomes[check_id]
-                report.results.append(
-                    Result(check_id, info.level, status, info.section, detail, era)
-                )
+                record(report, ctx, check_id, outcomes[check_id])
     finally:
         await ctx.aclose()
     return stop

@@ -5,7 +5,8 @@ raw `idempotencyKey` (no scope), fingerprints the arguments with `json.dumps(sor
 (so `1` and `1.0` differ, and the tool name is not part of it), advertises no capability, and
 records a result only once the tool has finished (so a duplicate that arrives while the
 original runs executes again: no in-progress refusal). Everything else follows the SEP: a
-completed duplicate gets the recorded result, other arguments get a conflict error.
+completed duplicate gets the recorded outcome (a JSON-RPC error from `sep3182_throw` included),
+other arguments get a conflict error.
 
 A plain stdio JSON-RPC server with no SDK, so that it behaves the same on every mcp release.
 """
@@ -27,11 +28,15 @@ from idemtools.conformance.contract import (
     FIXTURE_TOOLS,
     RECORD_SLOW,
     SCHEMAS,
+    THROW,
     answer_text,
+    throw_error,
 )
 
+SERVED = (*FIXTURE_TOOLS, THROW)
+
 COUNTS: dict[str, int] = {}
-DEDUP: dict[str, dict[str, Any]] = {}  # raw key -> {"fingerprint", "result"}
+DEDUP: dict[str, dict[str, Any]] = {}  # raw key -> {"fingerprint", "reply"}
 
 
 def fingerprint(arguments: Any) -> str:
@@ -39,6 +44,7 @@ def fingerprint(arguments: Any) -> str:
 
 
 async def execute(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The reply members: {"result": ...} or, for sep3182_throw, {"error": ...}."""
     label = str(arguments.get("label"))
     if name == COUNT:
         n = COUNTS.get(label, 0)
@@ -46,16 +52,19 @@ async def execute(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         COUNTS[label] = n = COUNTS.get(label, 0) + 1
         if name == RECORD_SLOW:
             await asyncio.sleep(int(arguments.get("ms") or 0) / 1000)
-    return {"content": [{"type": "text", "text": answer_text(label, n)}], "isError": name == FAIL}
+    if name == THROW:
+        return {"error": throw_error(label, n)}
+    text = answer_text(label, n)
+    return {"result": {"content": [{"type": "text", "text": text}], "isError": name == FAIL}}
 
 
 async def call_tool(params: dict[str, Any]) -> dict[str, Any]:
     name, arguments = params.get("name"), params.get("arguments") or {}
-    if name not in FIXTURE_TOOLS:
+    if name not in SERVED:
         return {"error": {"code": -32602, "message": f"unknown tool {name}"}}
     key = params.get("idempotencyKey")
     if key is None:
-        return {"result": await execute(name, arguments)}
+        return await execute(name, arguments)
     fp = fingerprint(arguments)
     cached = DEDUP.get(key)
     if cached is not None:
@@ -63,10 +72,10 @@ async def call_tool(params: dict[str, Any]) -> dict[str, Any]:
             data = {"type": "idempotency_key_conflict", "idempotencyKey": key}
             message = "idempotencyKey was already used with different arguments"
             return {"error": {"code": -32000, "message": message, "data": data}}
-        return {"result": cached["result"]}
-    result = await execute(name, arguments)
-    DEDUP[key] = {"fingerprint": fp, "result": result}
-    return {"result": result}
+        return dict(cached["reply"])
+    reply = await execute(name, arguments)
+    DEDUP[key] = {"fingerprint": fp, "reply": reply}
+    return reply
 
 
 async def answer(message: dict[str, Any]) -> dict[str, Any] | None:
@@ -82,7 +91,7 @@ async def answer(message: dict[str, Any]) -> dict[str, Any] | None:
             }
         }
     elif method == "tools/list":
-        tools = [{"name": n, "inputSchema": SCHEMAS[n]} for n in FIXTURE_TOOLS]
+        tools = [{"name": n, "inputSchema": SCHEMAS[n]} for n in SERVED]
         reply = {"result": {"tools": tools}}
     elif method == "tools/call":
         reply = await call_tool(params)

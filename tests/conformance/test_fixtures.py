@@ -10,7 +10,13 @@ import pytest
 import idemtools
 from idemtools import InstallError
 from idemtools.conformance import FIXTURE_TOOLS, add_fixture_tools
-from idemtools.conformance.contract import SCHEMAS, executions_of
+from idemtools.conformance.contract import (
+    SCHEMAS,
+    THROW,
+    THROW_CODE,
+    executions_of,
+    throw_count,
+)
 
 from ..e2e.harness import LINE, memory_wire, types
 
@@ -106,6 +112,21 @@ async def test_fixture_tools_follow_the_contract(kind: str) -> None:
         assert executions_of(count["result"]) == 3
         assert executions_of((await call("sep3182_count", {"label": "c"}))["result"]) == 1
         assert _text(await call("theirs", {"x": 4})) == "theirs 4"  # their tools still work
+        # sep3182_throw: on every server type but mcp 1.x FastMCP (whose tools cannot answer a
+        # JSON-RPC error), counted, a JSON-RPC error with data, and replayed under a key.
+        if LINE == 1 and kind == "high-level":
+            assert THROW not in names
+            return
+        assert THROW in names
+        thrown = [await call(THROW, {"label": "t"}, "k-throw") for _ in range(2)]
+        assert "result" not in thrown[0], thrown[0]
+        error = thrown[0]["error"]
+        assert error["code"] == THROW_CODE and not -32768 <= error["code"] <= -32000
+        assert error["data"] == {"label": "t", "count": 1} and throw_count(error) == 1
+        assert thrown[1]["error"] == error  # replayed by the server's default policy
+        assert executions_of((await call("sep3182_count", {"label": "t"}))["result"]) == 1
+        unkeyed = await call(THROW, {"label": "t"})
+        assert throw_count(unkeyed["error"]) == 2
 
 
 async def test_counters_belong_to_one_server() -> None:

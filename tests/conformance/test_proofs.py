@@ -11,13 +11,26 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from idemtools.conformance.checks import CHECKS, SCENARIOS
 
-from .kit import ERAS, HERE, LEGACY, LINE, MODERN, PY, http_server, run_kit, server_command
+from .kit import (
+    ERAS,
+    HERE,
+    IDEMTOOLS_MAY_FAIL,
+    LEGACY,
+    LINE,
+    MODERN,
+    PY,
+    Kit,
+    http_server,
+    run_kit,
+    server_command,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -34,14 +47,38 @@ def s(*names: str) -> set[str]:
     return {f"sep-3182-{n}" for n in names}
 
 
+# mcp 1.x FastMCP cannot answer a JSON-RPC error from a tool: no sep3182_throw there, and the two
+# checks that need it are skipped, naming the fixture.
+NO_THROW = s("error-replayed-jsonrpc", "conflict-jsonrpc-error-record") if LINE == 1 else set()
+# The base-spec check idemtools fails while its own codes are in the reserved sub-range.
+MAY_FAIL = IDEMTOOLS_MAY_FAIL if LINE == 2 else set()
+
+
+def assert_idemtools_passes(kit: Kit, skipped: set[str]) -> None:
+    """idemtools passes every check that runs, except exactly MAY_FAIL (see kit.py)."""
+    assert kit.ids("fail") | kit.ids("blocked") == MAY_FAIL, kit.out
+    assert kit.code == (1 if MAY_FAIL else 0), kit.out + kit.err
+    assert kit.report["summary"]["eras"] == ERAS
+    expected = {
+        era: ids_for(era) - skipped - (MAY_FAIL if era == MODERN else set()) for era in ERAS
+    }
+    assert kit.by_era("pass") == expected
+
+
 def test_example_server_passes_over_stdio(tmp_path: Path) -> None:
     kit = run_kit(tmp_path, "--", *server_command("example"))
-    assert kit.code == 0, kit.out + kit.err
-    assert kit.report["summary"]["eras"] == ERAS
-    assert kit.ids("fail") == set()
-    skipped = OPTIONAL | s("scope-per-caller")  # stdio: one local user, one caller
-    assert kit.by_era("pass") == {era: ids_for(era) - skipped for era in ERAS}
-    assert "conformant" in kit.out.splitlines()[-1]
+    # stdio: one local user, one caller; a new connection is a new process
+    not_applicable = s("scope-per-caller", "scope-across-connections")
+    assert_idemtools_passes(kit, OPTIONAL | not_applicable | NO_THROW)
+    last = kit.out.splitlines()[-1]
+    if MAY_FAIL:
+        assert last == "not conformant"
+    else:  # MUST checks were skipped: never "conformant"
+        assert last.startswith("incomplete:"), last
+    did_not_run = OPTIONAL | NO_THROW
+    assert set(kit.report["summary"]["skipped_must"]) == did_not_run
+    assert f"{len(did_not_run)} MUST checks did not run" in kit.out
+    assert "--also URL" in kit.out and "--retention SECONDS" in kit.out
 
 
 def test_example_server_passes_over_stateless_http_with_two_callers(tmp_path: Path) -> None:
@@ -61,35 +98,55 @@ def test_example_server_passes_over_stateless_http_with_two_callers(tmp_path: Pa
     # Credentials the target refuses are a misconfigured run (exit 2), not a failed check.
     assert refused.code == 2 and "sep-3182-scope-per-caller" in refused.err, refused.err
     assert anonymous.code == 2 and "--header" in anonymous.err
-    assert kit.code == 0, kit.out + kit.err
-    assert kit.report["summary"]["eras"] == ERAS
-    assert kit.by_era("pass") == {era: ids_for(era) - OPTIONAL for era in ERAS}
+    assert_idemtools_passes(kit, OPTIONAL | NO_THROW)
     for era in ERAS:
         assert kit.check("sep-3182-scope-per-caller", era)["status"] == "pass"
+        assert kit.check("sep-3182-scope-across-connections", era)["status"] == "pass"
 
 
 # Every MUST a server that ignores the key breaks: it executes every call.
-WITHOUT_INSTALL = s(
-    "capability-initialize",
-    "duplicate-not-executed",
-    "duplicate-returns-original",
-    "error-replayed",
-    "in-progress-no-second-execution",
-    "conflict-rejected",
-    "conflict-not-executed",
-    "conflict-tool-name",
-    "equivalence-key-order",
-    "equivalence-whitespace",
-    "equivalence-escapes",
-    "equivalence-numbers",
-    "no-unicode-normalization",
-) | (s("capability-discover") if LINE == 2 else set())
+WITHOUT_INSTALL = (
+    s(
+        "capability-initialize",
+        "duplicate-not-executed",
+        "duplicate-returns-original",
+        "error-replayed",
+        "in-progress-no-second-execution",
+        "conflict-rejected",
+        "conflict-not-executed",
+        "conflict-tool-name",
+        "conflict-error-record",
+        "equivalence-key-order",
+        "equivalence-whitespace",
+        "equivalence-escapes",
+        "equivalence-numbers",
+        "equivalence-meta-ignored",
+        "no-unicode-normalization",
+        "in-progress-original-replayed",
+        "replay-json-identical",
+        # Two keys are two operations there too, but neither replays its own result.
+        "key-case-sensitive",
+        "key-whitespace-significant",
+        "key-unicode-exact",
+    )
+    | (s("capability-discover") if LINE == 2 else set())
+    | (s("error-replayed-jsonrpc", "conflict-jsonrpc-error-record") - NO_THROW)
+)
 
 
 def test_example_server_without_install_fails_the_musts_it_should(tmp_path: Path) -> None:
     kit = run_kit(tmp_path, "--", *server_command("example-no-install"))
     assert kit.code == 1
-    assert kit.ids("fail", "MUST") == WITHOUT_INSTALL
+    # One bug, one failure: every keyed retry runs again, so the checks that need a retry to be
+    # recognised are blocked by the first one that saw it.
+    first = s("capability-initialize", "duplicate-not-executed") | (
+        s("capability-discover") if LINE == 2 else set()
+    )
+    assert kit.ids("fail", "MUST") == first
+    assert kit.ids("blocked", "MUST") == WITHOUT_INSTALL - first
+    for check in kit.report["checks"]:
+        if check["status"] == "blocked":
+            assert check["blocked_by"] == "sep-3182-duplicate-not-executed", check
     assert set(kit.report["summary"]["unexpected_failures"]) == WITHOUT_INSTALL
     # What executing every call does not break: it answers, it never blocks, it runs unkeyed
     # calls, and a re-execution with other arguments is not the cached result.
@@ -97,6 +154,9 @@ def test_example_server_without_install_fails_the_musts_it_should(tmp_path: Path
         kit.ids("pass")
     )
     assert "2 executions" in kit.check("sep-3182-duplicate-not-executed")["detail"]
+    if not NO_THROW:
+        detail = kit.check("sep-3182-error-replayed-jsonrpc")["detail"]
+        assert "executed again (2 executions)" in detail
     assert "not conformant" in kit.out
 
 
@@ -107,10 +167,14 @@ def test_example_server_without_install_fails_the_musts_it_should(tmp_path: Path
 # - fingerprint of the arguments alone, one dict     -> conflict-tool-name (another tool replays,
 #                                                       so no conflict error.data either)
 # - json.dumps(sort_keys=True): "1" != "1.0"         -> equivalence-numbers
-# Key order, whitespace and escapes are resolved by parsing plus sort_keys, so those pass.
+# - the duplicate that ran overwrites the record      -> in-progress-original-replayed (a retry
+#                                                       gets the duplicate's result)
+# Key order, whitespace and escapes are resolved by parsing plus sort_keys, so those pass; the
+# raw key, `_meta` outside the fingerprint and the recorded error replies pass too.
 PROTOTYPE = s(
     "capability-initialize",
     "in-progress-no-second-execution",
+    "in-progress-original-replayed",
     "in-progress-rejected-immediately",
     "in-progress-error-data",
     "conflict-tool-name",
@@ -124,7 +188,8 @@ def test_sep_prototype_fails_exactly_what_its_behaviour_deserves(tmp_path: Path)
     assert kit.code == 1
     assert kit.report["summary"]["eras"] == [LEGACY]  # no server/discover
     assert kit.ids("fail") == PROTOTYPE
-    assert kit.ids("pass") == ids_for(LEGACY) - PROTOTYPE - OPTIONAL - s("scope-per-caller")
+    not_applicable = s("scope-per-caller", "scope-across-connections")  # stdio
+    assert kit.ids("pass") == ids_for(LEGACY) - PROTOTYPE - OPTIONAL - not_applicable
     assert "recorded result" in kit.check("sep-3182-conflict-tool-name")["detail"]
 
 
@@ -137,6 +202,20 @@ def test_baseline_turns_known_failures_green_and_stale_entries_red(tmp_path: Pat
     assert kit.code == 0, kit.out
     assert kit.report["summary"]["expected_failures"] == musts
     assert "XFAIL" in kit.out
+    # The same baseline in the official suite's expected-failures YAML shape.
+    official = tmp_path / "expected-failures.yml"
+    official.write_text(
+        "server:\n"
+        "  - capability_initialize\n"
+        "  - in_progress                  # the whole scenario may fail\n"
+        "  - conflicts:sep-3182-conflict-tool-name\n"
+        "  - sep-3182-equivalence-numbers\n"
+        "client:\n"
+        "  - auth/basic-dcr\n"
+    )
+    kit = run_kit(tmp_path, "--baseline", str(official), *command)
+    assert kit.code == 0, kit.out
+    assert set(musts) <= set(kit.report["summary"]["expected_failures"])
     baseline.write_text("\n".join([*musts, "sep-3182-unkeyed-unaffected"]))  # passes: stale
     kit = run_kit(tmp_path, "--baseline", str(baseline), *command)
     assert kit.code == 1
@@ -145,9 +224,14 @@ def test_baseline_turns_known_failures_green_and_stale_entries_red(tmp_path: Pat
 
 def test_lowlevel_server_with_fixtures_passes_over_stdio(tmp_path: Path) -> None:
     kit = run_kit(tmp_path, "--", *server_command("lowlevel"))
-    assert kit.code == 0, kit.out + kit.err
-    assert kit.ids("fail") == set()
-    assert kit.report["summary"]["eras"] == ERAS
+    # A low-level server answers sep3182_throw on both mcp lines.
+    assert_idemtools_passes(kit, OPTIONAL | s("scope-per-caller", "scope-across-connections"))
+    # --require-all: the MUST checks that did not run (no --also, no --retention) fail the run.
+    strict = run_kit(tmp_path, "--era", LEGACY, "--require-all", "--", *server_command("lowlevel"))
+    assert strict.code == 1 and strict.ids("fail") == set(), strict.out
+    assert strict.report["summary"]["require_all"] is True
+    assert set(strict.report["summary"]["skipped_must"]) == OPTIONAL
+    assert strict.out.splitlines()[-1] == "not conformant"
 
 
 @pytest.mark.parametrize("store", ["shared", "per-instance"])
@@ -174,15 +258,19 @@ def test_retention_window(
     """A record kept as long as documented replays within the window; one kept shorter fails."""
     monkeypatch.setenv("IDEMTOOLS_TEST_RETENTION", str(kept))
     command = ["--", *server_command("short-retention")]
-    kit = run_kit(tmp_path, "--era", LEGACY, "--retention", str(documented), *command)
-    assert kit.check("sep-3182-retention-window")["status"] == status, kit.out
-    assert kit.code == (0 if status == "pass" else 1)
+    kit = run_kit(tmp_path, "--retention", str(documented), *command)
+    for era in ERAS:  # --retention applies to every era
+        assert kit.check("sep-3182-retention-window", era)["status"] == status, kit.out
+    if status == "fail":
+        assert kit.code == 1
+    else:  # only the reserved-code check may fail, and only while idemtools' codes are there
+        assert kit.ids("fail") == MAY_FAIL, kit.out
 
 
 @pytest.mark.skipif(LINE != 2, reason="mcp 1.x serves no 2026-07-28")
 def test_one_era_only(tmp_path: Path) -> None:
     kit = run_kit(tmp_path, "--era", MODERN, "--", *server_command("example"))
-    assert kit.code == 0
+    assert kit.code == (1 if MAY_FAIL else 0)
     assert kit.report["summary"]["eras"] == [MODERN]
     assert {c["era"] for c in kit.report["checks"]} == {MODERN}
 
@@ -191,16 +279,37 @@ def test_the_json_report_has_the_documented_shape(tmp_path: Path) -> None:
     kit = run_kit(tmp_path, "--era", LEGACY, "--", PY, str(HERE / "prototype_server.py"))
     assert set(kit.report) == {"target", "checks", "summary"}
     assert kit.report["target"].endswith("prototype_server.py")
+    old = {"id", "level", "status", "section", "detail", "era"}  # the fields before INFO/blocked
     for check in kit.report["checks"]:
-        assert set(check) == {"id", "level", "status", "section", "detail", "era"}
-        assert check["level"] in ("MUST", "SHOULD", "MAY")
-        assert check["status"] in ("pass", "fail", "skip")
-        assert check["section"] == CHECKS[check["id"]].section
+        info = CHECKS[check["id"]]
+        assert old <= set(check) <= old | {"text", "url", "evidence", "blocked_by", "enable"}
+        assert check["level"] in ("MUST", "SHOULD", "MAY", "INFO")
+        assert check["status"] in ("pass", "fail", "skip", "blocked")
+        assert check["section"] == info.section
+        assert check["text"] == info.text and check["url"] == info.url
+        if check["status"] != "skip":  # the requests and answers that decided it
+            assert check["evidence"] and all(
+                set(e) == {"request", "answer"} or set(e) == {"omitted"} for e in check["evidence"]
+            )
+    conflict = kit.check("sep-3182-conflict-tool-name")
+    assert any('"sep3182_record_slow"' in e.get("request", "") for e in conflict["evidence"])
     summary = kit.report["summary"]
     assert summary["total"] == len(kit.report["checks"])
-    assert summary["passed"] + summary["failed"] + summary["skipped"] == summary["total"]
+    counted = ("passed", "failed", "skipped", "blocked")
+    assert sum(summary[k] for k in counted) == summary["total"]
     assert summary["exit_code"] == kit.code
     lines = kit.out.splitlines()
-    assert len([line for line in lines if line.split()[0] in ("PASS", "FAIL", "SKIP")]) == len(
-        kit.report["checks"]
-    )
+    marks = ("PASS", "FAIL", "SKIP", "BLOCKED", "XFAIL")
+    check_lines = [line for line in lines if line.split()[0] in marks]
+    assert len(check_lines) == len(kit.report["checks"])
+    for line, check in zip(check_lines, kit.report["checks"], strict=True):
+        assert f"{check['id']} [{check['era']}] {check['section']}: " in line  # names the section
+    schema = json.loads((HERE.parents[1] / "docs" / "conformance-report.schema.json").read_text())
+    try:
+        import jsonschema
+    except ImportError:  # the schema's enums, checked by hand
+        checks = schema["properties"]["checks"]["items"]["properties"]
+        assert {c["level"] for c in kit.report["checks"]} <= set(checks["level"]["enum"])
+        assert {c["status"] for c in kit.report["checks"]} <= set(checks["status"]["enum"])
+    else:
+        jsonschema.validate(kit.report, schema)

@@ -57,5 +57,15 @@ def test_typescript_server_without_idempotency_is_caught(tmp_path: Path, node: s
     duplicate = kit.check("sep-3182-duplicate-not-executed")
     assert duplicate["status"] == "fail"
     assert "2 executions" in duplicate["detail"]
+    # sep3182_throw on the TypeScript SDK: a JSON-RPC error with data, re-executed on retry.
+    thrown = kit.check("sep-3182-error-replayed-jsonrpc")
+    assert "executed again (2 executions)" in thrown["detail"]
+    # ... reported once: blocked by the first check that saw every keyed retry run again.
+    assert thrown["status"] == "blocked"
+    assert thrown["blocked_by"] == "sep-3182-duplicate-not-executed"
+    assert "sep-3182-error-replayed-jsonrpc" in kit.report["summary"]["unexpected_failures"]
+    evidence = [e for e in thrown["evidence"] if '"sep3182_throw"' in e.get("request", "")]
+    assert evidence[0]["answer"]["error"]["code"] == 1001
+    assert evidence[0]["answer"]["error"]["data"]["count"] == 1
     # The fixtures themselves work: unkeyed calls count as they should.
     assert kit.check("sep-3182-unkeyed-unaffected")["status"] == "pass"

@@ -3,7 +3,7 @@
 // Run: node server.mjs (stdio). The whole fixture contract is these few lines.
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
-import { CallToolRequestSchema, ListToolsRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+import { CallToolRequestSchema, ListToolsRequestSchema, McpError } from "@modelcontextprotocol/sdk/types.js";
 
 const counts = new Map();
 const label = { type: "string" };
@@ -17,6 +17,7 @@ const tools = [
   { name: "sep3182_record_slow", inputSchema: schema({ ms: { type: "integer", minimum: 0 } }) },
   { name: "sep3182_fail", inputSchema: schema() },
   { name: "sep3182_count", inputSchema: { type: "object", properties: { label }, required: ["label"] } },
+  { name: "sep3182_throw", inputSchema: schema() },
 ];
 
 const server = new Server({ name: "ts-fixtures", version: "0.0.0" }, { capabilities: { tools: {} } });
@@ -32,6 +33,10 @@ server.setRequestHandler(CallToolRequestSchema, async (request) => {
   if (!tools.some((tool) => tool.name === name)) throw new Error(`unknown tool ${name}`);
   const executions = (counts.get(key) ?? 0) + 1;
   counts.set(key, executions);
+  if (name === "sep3182_throw") {
+    // A JSON-RPC error (code 1001: outside the range JSON-RPC and MCP reserve) with data.
+    throw new McpError(1001, `sep3182_throw: execution ${executions} of ${key}`, { label: key, count: executions });
+  }
   if (name === "sep3182_record_slow") {
     await new Promise((resolve) => setTimeout(resolve, Number(args.ms ?? 0)));
   }
