@@ -85,12 +85,12 @@ class Policy:
             own writes to that database and the completed record commit or roll back
             together; closes the SEP's crash window for such tools.
         authorize: `check(context)`, sync or async, run before every replay and every
-            execution of a keyed call; if it raises (or returns False), the call is refused with
-            `idempotency_unauthorized` and no record is read or written. A tool that checks
-            permissions inside its handler must declare that check here too: the handler
-            does not run on a replay, so otherwise a caller whose permission was revoked
-            still gets the recorded answer for the whole retention. None: the server-wide
-            `install(authorize=...)`, if any.
+            execution of a keyed call; if it raises or returns anything but True or None, the
+            call is refused with `idempotency_unauthorized` and no record is read or written.
+            A tool that checks permissions inside its handler must declare that check here
+            too: the handler does not run on a replay, so otherwise a caller whose permission
+            was revoked still gets the recorded answer for the whole retention. None: the
+            server-wide `install(authorize=...)`, if any.
     """
 
     retention: float = 24 * 3600.0
@@ -267,8 +267,10 @@ def idempotent(
 async def authorize_call(check: AuthorizeFn, context: CallContext, key: str) -> None:
     """Run a tool's `authorize=` check; any exception it raises becomes `UnauthorizedError`.
 
-    A check that returns False refuses too (fail closed: a boolean-style check must not be
-    read as "allowed"); None or True allow.
+    Only True and None allow. False refuses; so does any other answer (`0`, `""`, `[]`, a
+    list of grants, an object), logged at ERROR naming the check and the type it returned: a
+    check returning "the matching grants" must not fail open when there are none, and a
+    truthy object is no more an answer than a falsy one (fail closed).
 
     The exception's message is logged here, never sent: it may name permissions, roles or
     other callers. Nothing about the key's record is read before this returns.
@@ -277,11 +279,28 @@ async def authorize_call(check: AuthorizeFn, context: CallContext, key: str) -> 
         result = check(context)
         if inspect.isawaitable(result):
             result = await result
-        if result is False:  # a check that answers rather than raises: still a refusal
-            raise PermissionError("the authorize check returned False")
+        if result is True or result is None:
+            return
+        if result is not False:
+            log.error(
+                "idempotency authorize check %s returned a %s, not True, None or False; the "
+                "call is refused (fail closed): return True or None to allow, False or raise "
+                "to refuse",
+                _check_name(check),
+                type(result).__name__,
+            )
+        raise PermissionError(f"the authorize check returned {type(result).__name__}")
     except Exception as exc:
         # The engine logs the refusal with the key's digest; the reason stays here.
         log.info("idempotency authorize check refused tool=%s: %r", context.tool, exc)
         raise UnauthorizedError(
             "this call is not authorized; no recorded answer was read or written", key=key
         ) from exc
+
+
+def _check_name(check: object) -> str:
+    name = getattr(check, "__qualname__", None) or getattr(check, "__name__", None)
+    module = getattr(check, "__module__", None)
+    if isinstance(name, str):
+        return f"{module}.{name}" if isinstance(module, str) else name
+    return repr(check)
