@@ -433,10 +433,12 @@ class Engine:
             if ex.policy.transactional and isinstance(self.store, TransactionalStore):
                 outcome = await self._execute_in_transaction(ex, run)
             else:
-                outcome = await self._run(ex.key, run)
+                outcome = await self._run(ex, run)
                 await self._finish(ex, outcome)
             if ex.obs is not None:  # in the shielded body: a caller that left is still told
                 await ex.obs.end(outcome)
+            if ex.reraise is not None:
+                raise ex.reraise
             return outcome
         finally:
             if held is not None:
@@ -446,12 +448,34 @@ class Engine:
                 self._idle.set()
 
     @staticmethod
-    async def _run(key: str, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
+    async def _run(ex: _Execution, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
         try:
             return await run()
         except Exception as exc:  # the adapter's run() should not raise; be safe
-            log.exception("tools/call raised inside idemtools key_digest=%s", key_digest(key))
+            log.exception("tools/call raised inside idemtools key_digest=%s", key_digest(ex.key))
             return Outcome.of_error(-32603, f"internal error: {exc}")
+        except BaseException as exc:
+            if _cancels_the_execution(exc):
+                # The execution's own task is being cancelled (an event loop tearing down):
+                # no outcome of the tool's. Nothing is recorded; the claim lapses by lease.
+                log.error(
+                    "keyed call cancelled while running key_digest=%s; nothing was recorded, "
+                    "its claim lapses by lease",
+                    key_digest(ex.key),
+                )
+                raise
+            # Anything else the tool raised is its outcome: recorded and replayed, never left
+            # "in progress" for a lease and then run again. Interrupts are recorded, then
+            # raised again once the record is written.
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                ex.reraise = exc
+            log.error(
+                "tool raised %s key_digest=%s; recorded as the call's error outcome",
+                type(exc).__name__,
+                key_digest(ex.key),
+                exc_info=exc,
+            )
+            return Outcome.of_error(-32603, f"internal error: the tool raised {type(exc).__name__}")
 
     async def _execute_in_transaction(
         self, ex: _Execution, run: Callable[[], Awaitable[Outcome]]
@@ -459,7 +483,7 @@ class Engine:
         assert isinstance(self.store, TransactionalStore)
         try:
             async with self.store.execution(ex.scope, ex.key, ex.owner) as writes:
-                outcome = await self._run(ex.key, run)
+                outcome = await self._run(ex, run)
                 if writes is not None and _failed(outcome):
                     # A failed call keeps none of its writes; its error record still commits.
                     await writes.rollback()
@@ -645,10 +669,34 @@ class _Execution:
     policy: Policy
     held: Lease | None = None  # the lease keeper's hold on the claim
     obs: Observation | None = None  # telemetry and on_outcome, when anything listens
+    reraise: BaseException | None = None  # an interrupt the tool raised, raised once recorded
 
 
 def _on_asyncio() -> bool:
     return _current_async_library() == "asyncio"
+
+
+def _cancels_the_execution(exc: BaseException) -> bool:
+    """Whether `exc`, raised out of a tool, is the cancellation of the execution itself rather
+    than something the tool raised (its own `CancelledError` from a future another task
+    cancelled, a custom `BaseException`).
+
+    On asyncio, `Task.cancelling()` (3.11+) says whether the running task has a cancellation
+    pending: the execution runs in a task of its own behind `asyncio.shield`, so only someone
+    cancelling that very task (an event loop tearing down) counts. Python 3.10 has no way to
+    tell: there every `CancelledError` counts as the execution's cancellation (not recorded;
+    the claim lapses by lease, as if the process had died). On trio the body runs under a
+    shield; a `Cancelled` reaching it must propagate to its own scope.
+    """
+    if isinstance(exc, GeneratorExit):
+        return True  # the coroutine is being closed: it must not await anything more
+    if not isinstance(exc, anyio.get_cancelled_exc_class()):
+        return False
+    if not _on_asyncio():
+        return True
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is None or cancelling() > 0
 
 
 # -- eager start of an execution's task ----------------------------------------------------------
