@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import sys
+import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
@@ -67,6 +68,8 @@ except ImportError:  # pragma: no cover
 __all__ = ["REPLAY_META_KEY", "Engine", "EngineStats", "ToolCall", "key_digest"]
 
 log = logging.getLogger("idemtools")
+
+_SHUTTING_DOWN = "the server is shutting down; retry this call (it was not run)"
 
 REPLAY_META_KEY = "io.github.idemtools/replayed"
 """The `_meta` key of the opt-in replay marker on replayed results."""
@@ -173,6 +176,8 @@ class Engine:
         self._executing: set[_Execution] = set()
         self._idle: anyio.Event | None = None
         self._closing = False
+        self._close_when_idle = False  # aclose() returned with calls running: the last closes
+        self._closed = False
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -218,9 +223,7 @@ class Engine:
     ) -> Outcome:
         try:
             if self._closing:
-                raise StoreUnavailableError(
-                    "the server is shutting down; retry this call (it was not run)", key=call.key
-                )
+                raise StoreUnavailableError(_SHUTTING_DOWN, key=call.key)
             key = self.check_key(call.key)
             policy = self.policy_for(call.name, call.policy)
             check = policy.authorize or self.authorize
@@ -234,7 +237,9 @@ class Engine:
                     f"arguments cannot be compared as JSON ({exc}); the call was not run",
                     key=key,
                 ) from None
-            execution = _Execution(scope, key, fp, os.urandom(16).hex(), policy, obs=obs)
+            execution = _Execution(
+                scope, key, fp, os.urandom(16).hex(), policy, call.name, time.monotonic(), obs=obs
+            )
             claim = await self._claim(execution)
             if not claim.claimed:
                 if claim.existing is None:  # a store bug, not a client error
@@ -262,6 +267,9 @@ class Engine:
         # The keeper holds the lease from before the claim is sent: if this event loop blocks
         # between the claim landing and this coroutine seeing the answer, it is renewed anyway.
         held = ex.held = self.keeper.hold(ex.scope, ex.key, ex.owner, ex.policy.lease)
+        # The execution counts from here, so that `drain()` waits for a claim still on its way
+        # to the store (and the store is not closed under its answer).
+        self._executing.add(ex)
         try:
             claim: Claim = await self._store(
                 self.telemetry.timed(
@@ -270,8 +278,14 @@ class Engine:
                 ),
                 ex.key,
             )
-        except Exception:
+        except Exception as exc:
             self.keeper.drop(held)
+            if isinstance(exc, StoreUnavailableError):
+                # The store may have applied the claim and lost only its answer (a timeout,
+                # a connection that broke on the way back): release it, fenced by owner, so
+                # that the key does not read "in progress" for a lease while nothing runs.
+                await self._release_after_failure(ex)
+            await self._ended(ex)
             raise
         except BaseException:  # cancelled (asyncio.CancelledError, trio.Cancelled)
             self.keeper.drop(held)
@@ -280,40 +294,86 @@ class Engine:
             else:
                 with anyio.CancelScope(shield=True):
                     await self._release_quietly(ex)
+            self._executing.discard(ex)
             raise
-        if claim.claimed:
-            held.claimed = True
-        else:
+        if not claim.claimed:
             self.keeper.drop(held)
+            self._executing.discard(ex)
+            if self._closing:
+                await self._ended(ex)
+            return claim
+        held.claimed = True
+        if self._closing:
+            # Claimed after closing began: not run. Released (fenced by owner) before the
+            # store may close, and refused like any call that arrives during shutdown.
+            self.keeper.drop(held)
+            with anyio.CancelScope(shield=True):
+                await self._release_quietly(ex, why="the server is shutting down")
+                await self._ended(ex)
+            raise StoreUnavailableError(_SHUTTING_DOWN, key=ex.key)
         return claim
 
-    def _release_later(self, ex: _Execution) -> None:
+    async def _release_after_failure(self, ex: _Execution) -> None:
+        """Release a claim the store may have applied although it raised: inline, so that the
+        refused caller's retry finds the key free, bounded (a store that is down answers the
+        release no better); once more later from the background on asyncio, in case the claim
+        was still on its way (a timeout) or the store was away a moment."""
+        released = False
         try:
-            task = asyncio.get_running_loop().create_task(self._release_quietly(ex, again=True))
+            with anyio.move_on_after(self.release_retry_delay):
+                released = await self._release_quietly(ex, why="its claim failed")
+        finally:
+            if not released and _on_asyncio():
+                self._release_later(ex, tried=True)
+
+    def _release_later(self, ex: _Execution, *, tried: bool = False) -> None:
+        """From a background task: now and once more a moment later, or (`tried`: a first try
+        was made inline) only the later one."""
+        release = self._release_quietly(ex, again=True, skip_first=tried)
+        try:
+            task = asyncio.get_running_loop().create_task(release)
         except RuntimeError:  # pragma: no cover - trio never cancels natively
+            release.close()
             return
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _release_quietly(self, ex: _Execution, *, again: bool = False) -> None:
+    async def _release_quietly(
+        self,
+        ex: _Execution,
+        *,
+        again: bool = False,
+        skip_first: bool = False,
+        why: str = "cancellation",
+    ) -> bool:
         """Release a claim whose call will not run; `again`: the claim may still be in flight
-        to the store, so one more try follows a moment later if the first found nothing."""
+        to the store, so one more try follows a moment later if the first found nothing.
+        True when this released it."""
         for attempt in range(2 if again else 1):
             if attempt:
                 await anyio.sleep(self.release_retry_delay)
+                if self._closed:
+                    return False  # the store is gone; the claim, if it landed, lapses by lease
+            elif skip_first:
+                continue
             try:
                 if await self.telemetry.timed(
                     "release", self.store.release(ex.scope, ex.key, ex.owner)
                 ):
                     self.stats.released += 1
-                    log.info("claim released after cancellation key_digest=%s", _digest(ex.key))
-                    return
+                    log.info("claim released after %s key_digest=%s", why, _digest(ex.key))
+                    return True
             except Exception as exc:
                 self.stats.store_errors += 1
                 log.warning(
-                    "could not release a cancelled claim key_digest=%s: %r", _digest(ex.key), exc
+                    "could not release a claim after %s key_digest=%s: %r",
+                    why,
+                    _digest(ex.key),
+                    exc,
                 )
-                return
+                if not again:
+                    return False
+        return False
 
     def _answer_existing(self, record: Record, key: str, fp: str, policy: Policy) -> Outcome:
         if record.fingerprint != fp:
@@ -427,7 +487,6 @@ class Engine:
     async def _execute_body(self, ex: _Execution, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
         # The lease keeper renews the claim, off this event loop, from the claim (see `_claim`)
         # until the outcome is recorded (a record written after a store outage included).
-        self._executing.add(ex)
         held = ex.held
         try:
             if ex.policy.transactional and isinstance(self.store, TransactionalStore):
@@ -444,8 +503,8 @@ class Engine:
             if held is not None:
                 self.keeper.drop(held)
             self._executing.discard(ex)
-            if not self._executing and self._idle is not None:
-                self._idle.set()
+            if self._closing:
+                await self._ended(ex)
 
     @staticmethod
     async def _run(ex: _Execution, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
@@ -621,15 +680,38 @@ class Engine:
 
     @property
     def executing(self) -> int:
-        """Keyed calls running now (claimed, not yet recorded)."""
+        """Keyed calls in flight now: from the moment their claim is sent until their outcome
+        is recorded (or the claim released)."""
         return len(self._executing)
 
-    async def drain(self, grace: float | None = None) -> bool:
-        """Refuse new keyed calls, then wait for the running ones to be recorded.
+    async def _ended(self, ex: _Execution) -> None:
+        """While closing: an execution ended. Wake `drain()`; the last one out closes what
+        `aclose()` left open for it (the lease keeper, the store)."""
+        self._executing.discard(ex)
+        if self._executing:
+            return
+        if self._idle is not None:
+            self._idle.set()
+        if self._close_when_idle:
+            self._close_when_idle = False
+            log.info("shutdown: the last keyed call still running has ended; closing the store")
+            if _on_asyncio():  # not in this call's answer path
+                task = asyncio.get_running_loop().create_task(self._close_now())
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+            else:
+                with anyio.CancelScope(shield=True):
+                    await self._close_now()
 
-        Waits at most `grace` seconds (default: the longest lease among the running calls:
-        past it, a crashed server's claim would have ended too). Returns True when every
-        running call was recorded; otherwise logs an ERROR with how many were still running.
+    async def drain(self, grace: float | None = None) -> bool:
+        """Refuse new keyed calls, then wait for the ones in flight to be recorded.
+
+        In flight counts from the moment a call's claim is sent: a claim that comes back
+        "claimed" after closing began is released (fenced by owner) and refused, never run.
+        Their leases stay renewed while this waits. Waits at most `grace` seconds (default:
+        the longest lease among them: past it, a crashed server's claim would have ended too).
+        Returns True when every one was recorded; otherwise logs each still running at ERROR
+        (tool, key digest, how long it has run) and returns False.
         """
         self._closing = True
         if not self._executing:
@@ -641,19 +723,45 @@ class Engine:
             while self._executing:
                 await self._idle.wait()
                 self._idle = anyio.Event()
-        if self._executing:
+        if not self._executing:
+            return True
+        now = time.monotonic()
+        running = sorted(self._executing, key=lambda ex: ex.started)
+        for ex in running:
             log.error(
-                "shutdown: %d keyed call(s) still running after %.1f s; closing the store now, "
-                "so their outcomes may not be recorded (their claims end by lease)",
-                len(self._executing),
+                "shutdown: keyed call still running after the %.1f s grace tool=%s "
+                "key_digest=%s scope=%s running_for=%.1fs; its lease stays renewed while this "
+                "process lives, and its outcome is recorded if it ends; if the process exits "
+                "first, its claim lapses by lease and a retry may run it again",
                 grace,
+                ex.tool,
+                key_digest(ex.key),
+                ex.scope,
+                now - ex.started,
             )
-            return False
-        return True
+        return False
 
     async def aclose(self, grace: float | None = None) -> None:
-        """Drain (see `drain`), stop the lease keeper, then close the store."""
-        await self.drain(grace)
+        """Drain (see `drain`), then stop the lease keeper and close the store.
+
+        When calls are still running after the grace, this returns (each is logged at ERROR)
+        but the keeper and the store stay open for them until the last one has ended: a
+        process that keeps running (a server still waiting on its handlers) keeps their
+        leases alive and records their outcomes; one that exits cuts them off, and their
+        claims lapse by lease (the SEP's crash limit).
+        """
+        if await self.drain(grace):
+            await self._close_now()
+            return
+        self._close_when_idle = True
+        if not self._executing:  # the last one ended just now
+            self._close_when_idle = False
+            await self._close_now()
+
+    async def _close_now(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         await anyio.to_thread.run_sync(self.keeper.close)
         await self.store.aclose()
 
@@ -667,6 +775,8 @@ class _Execution:
     fingerprint: str
     owner: str  # unique per execution: fences a stale owner
     policy: Policy
+    tool: str
+    started: float  # time.monotonic() when the call was decided: how long it has run
     held: Lease | None = None  # the lease keeper's hold on the claim
     obs: Observation | None = None  # telemetry and on_outcome, when anything listens
     reraise: BaseException | None = None  # an interrupt the tool raised, raised once recorded
