@@ -108,6 +108,7 @@ class EngineStats:
     record_failures: int = 0
     lost_claims: int = 0
     released: int = 0
+    max_runtime_exceeded: int = 0
 
 
 class Engine:
@@ -171,6 +172,7 @@ class Engine:
             on_lost=self._lease_lost,
             on_error=self._renewal_failed,
             timed=self.telemetry.timed,
+            on_overrun=self._max_runtime_exceeded,
         )
         self._background: set[asyncio.Task[Any]] = set()
         self._executing: set[_Execution] = set()
@@ -266,7 +268,14 @@ class Engine:
         ex = execution
         # The keeper holds the lease from before the claim is sent: if this event loop blocks
         # between the claim landing and this coroutine seeing the answer, it is renewed anyway.
-        held = ex.held = self.keeper.hold(ex.scope, ex.key, ex.owner, ex.policy.lease)
+        held = ex.held = self.keeper.hold(
+            ex.scope,
+            ex.key,
+            ex.owner,
+            ex.policy.lease,
+            max_runtime=ex.policy.max_runtime,
+            tool=ex.tool,
+        )
         # The execution counts from here, so that `drain()` waits for a claim still on its way
         # to the store (and the store is not closed under its answer).
         self._executing.add(ex)
@@ -567,6 +576,19 @@ class Engine:
         # On the keeper thread: another owner holds the key now (a second execution began).
         self.stats.lost_claims += 1
         log.warning("lease lost while running key_digest=%s", key_digest(held.key))
+
+    def _max_runtime_exceeded(self, held: Lease) -> None:
+        # On the keeper thread: the tool runs past its policy's max_runtime (hung?).
+        self.stats.max_runtime_exceeded += 1
+        log.error(
+            "keyed call ran past its max_runtime; its claim is no longer renewed and lapses "
+            "by lease within %.1f s, after which a retry may run the tool again tool=%s "
+            "key_digest=%s scope=%s (show or release the key: idemtools keys show|release)",
+            held.lease,
+            held.tool,
+            key_digest(held.key),
+            held.scope,
+        )
 
     def _renewal_failed(self, held: Lease, exc: BaseException) -> None:
         self.stats.store_errors += 1

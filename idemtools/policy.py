@@ -23,6 +23,7 @@ from .errors import UnauthorizedError
 from .scopes import AuthorizeFn, CallContext, Scope, ScopeFn, _as_scope, by_auth_subject
 
 __all__ = [
+    "DEFAULT_MAX_RUNTIME",
     "DEFAULT_POLICY",
     "TOOL_META_KEY",
     "Policy",
@@ -70,6 +71,25 @@ def _seconds(value: object, what: str) -> float:
     return seconds
 
 
+def _optional_seconds(value: object, what: str) -> float | None:
+    """`_seconds`, where None means "no limit"."""
+    if value is None:
+        return None
+    try:
+        return _seconds(value, what)
+    except TypeError:
+        raise TypeError(
+            f"{what} must be {_DURATION_TYPES} or None, got {value!r} ({type(value).__name__})"
+        ) from None
+
+
+DEFAULT_MAX_RUNTIME = 3600.0
+"""One hour: far beyond what any interactive client waits for a tool call, so no call a
+client still waits on reaches it, while a hung tool frees its key within the hour (plus one
+lease) without a restart. A second execution is worse than a stuck key, and a stuck key can
+be released at once from the CLI (`idemtools keys release`); hence long, not short."""
+
+
 @dataclass(frozen=True)
 class Policy:
     """How keyed calls to one tool are deduplicated.
@@ -79,6 +99,12 @@ class Policy:
             Published in the generated retention documentation (SEP, "Retention").
         lease: how long an in-progress claim lives without renewal. While the tool runs the
             claim is renewed; if the process dies, a retry runs the tool again after this.
+        max_runtime: how long a running call's claim is renewed (seconds; None: for as long
+            as it runs). Past it the claim is no longer renewed, with an ERROR naming the tool
+            and key digest, and it lapses by lease: a tool that never returns (a deadlock, an
+            elicitation to a client that has gone) does not hold its key for ever. A retry
+            after that may run the tool again, so keep it above the slowest legitimate run.
+            Default `DEFAULT_MAX_RUNTIME` (one hour).
         scope: whose records a key can match (see `idemtools.scopes`).
         name: the tool's registry name, when it should not follow the function name.
         transactional: run the tool inside the store's transaction (PostgresStore), so its
@@ -99,6 +125,7 @@ class Policy:
     name: str | None = None
     transactional: bool = False
     authorize: AuthorizeFn | None = field(default=None, compare=False)
+    max_runtime: float | None = DEFAULT_MAX_RUNTIME
 
     @staticmethod
     def of(
@@ -109,6 +136,7 @@ class Policy:
         name: str | None = None,
         transactional: bool = False,
         authorize: AuthorizeFn | None = None,
+        max_runtime: timedelta | float | None = DEFAULT_MAX_RUNTIME,
     ) -> Policy:
         """Build a policy from friendly values (timedelta or seconds, plain scope functions)."""
         return Policy(
@@ -118,6 +146,7 @@ class Policy:
             name=name,
             transactional=transactional,
             authorize=_checked_authorize(authorize),
+            max_runtime=_optional_seconds(max_runtime, "max_runtime"),
         )
 
     def __post_init__(self) -> None:
@@ -125,6 +154,7 @@ class Policy:
         # computes an expiry from it; a timedelta given directly is accepted and stored as seconds.
         object.__setattr__(self, "retention", _seconds(self.retention, "retention"))
         object.__setattr__(self, "lease", _seconds(self.lease, "lease"))
+        object.__setattr__(self, "max_runtime", _optional_seconds(self.max_runtime, "max_runtime"))
         object.__setattr__(self, "scope", _as_scope(self.scope))
 
     def with_name(self, name: str) -> Policy:
@@ -211,6 +241,7 @@ def idempotent(
     registry: Registry | None = ...,
     transactional: bool = ...,
     authorize: AuthorizeFn | None = ...,
+    max_runtime: timedelta | float | None = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -225,6 +256,7 @@ def idempotent(
     registry: Registry | None = None,
     transactional: bool = False,
     authorize: AuthorizeFn | None = None,
+    max_runtime: timedelta | float | None = DEFAULT_MAX_RUNTIME,
 ) -> Any:
     """Declare a tool's idempotency policy; returns the function itself, unchanged.
 
@@ -245,6 +277,7 @@ def idempotent(
         name=name,
         transactional=transactional,
         authorize=authorize,
+        max_runtime=max_runtime,
     )
     target = registry if registry is not None else default_registry
 
