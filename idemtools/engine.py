@@ -75,6 +75,26 @@ REPLAY_META_KEY = "io.github.idemtools/replayed"
 """The `_meta` key of the opt-in replay marker on replayed results."""
 
 
+def new_owner(now: float) -> str:
+    """A fresh owner token: 32 lowercase hex digits, unique per execution (80 random bits),
+    whose first 12 are the claim's wall-clock time in milliseconds, so that an operator
+    looking at a record (`idemtools keys show`) sees how long ago it was claimed. Stores treat
+    owners as opaque strings."""
+    return f"{int(now * 1000):012x}{os.urandom(10).hex()}"
+
+
+def claimed_at(owner: str) -> float | None:
+    """The claim time (seconds since the epoch) an owner token from `new_owner` carries, or
+    None for a token of another shape (written by another release, or by hand)."""
+    if len(owner) != 32:
+        return None
+    try:
+        ms = int(owner[:12], 16)
+    except ValueError:
+        return None
+    return ms / 1000 if 1_500_000_000_000 <= ms <= 10_000_000_000_000 else None
+
+
 def key_digest(key: str) -> str:
     """A short hash of a key, for logs: keys are client data and may carry meaning."""
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -239,9 +259,8 @@ class Engine:
                     f"arguments cannot be compared as JSON ({exc}); the call was not run",
                     key=key,
                 ) from None
-            execution = _Execution(
-                scope, key, fp, os.urandom(16).hex(), policy, call.name, time.monotonic(), obs=obs
-            )
+            now = time.time()
+            execution = _Execution(scope, key, fp, new_owner(now), policy, call.name, now, obs=obs)
             claim = await self._claim(execution)
             if not claim.claimed:
                 if claim.existing is None:  # a store bug, not a client error
@@ -747,7 +766,7 @@ class Engine:
                 self._idle = anyio.Event()
         if not self._executing:
             return True
-        now = time.monotonic()
+        now = time.time()
         running = sorted(self._executing, key=lambda ex: ex.started)
         for ex in running:
             log.error(
@@ -798,7 +817,7 @@ class _Execution:
     owner: str  # unique per execution: fences a stale owner
     policy: Policy
     tool: str
-    started: float  # time.monotonic() when the call was decided: how long it has run
+    started: float  # time.time() when the call was decided: how long it has run
     held: Lease | None = None  # the lease keeper's hold on the claim
     obs: Observation | None = None  # telemetry and on_outcome, when anything listens
     reraise: BaseException | None = None  # an interrupt the tool raised, raised once recorded
