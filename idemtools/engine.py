@@ -80,7 +80,15 @@ def new_owner(now: float) -> str:
     whose first 12 are the claim's wall-clock time in milliseconds, so that an operator
     looking at a record (`idemtools keys show`) sees how long ago it was claimed. Stores treat
     owners as opaque strings."""
-    return f"{int(now * 1000):012x}{os.urandom(10).hex()}"
+    global _owner_prefix
+    ms = int(now * 1000)
+    cached = _owner_prefix
+    if cached[0] != ms:  # formatted once per millisecond, not per call (hot path)
+        cached = _owner_prefix = (ms, f"{ms:012x}")
+    return cached[1] + os.urandom(10).hex()
+
+
+_owner_prefix: tuple[int, str] = (-1, "")
 
 
 def claimed_at(owner: str) -> float | None:
