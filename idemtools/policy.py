@@ -269,6 +269,9 @@ def idempotent(
     receives the same `CallContext` scope strategies get (`context.auth.scopes`, the raw token
     at `context.auth.token`) and runs before every replay and execution, because a replay
     never reaches the handler.
+
+    `max_runtime` (default one hour; None: no limit) bounds how long a running call's claim is
+    renewed, so a tool that never returns does not hold its key for ever (see `Policy`).
     """
     policy = Policy.of(
         retention=retention,
