@@ -197,3 +197,42 @@ def test_cancelling_the_execution_task_itself_still_propagates(tmp_path: Path) -
     asyncio.run(main())
     status, _ = anyio.run(_record, path)
     assert status is Status.IN_PROGRESS
+
+
+def test_through_the_sdk_a_cancelled_future_is_replayed_not_rerun() -> None:
+    # The same path through a real mcp 2.x server (in-memory transport) and the client helper.
+    from idemtools.adapters import SDK2
+
+    if not SDK2 or sys.version_info < (3, 11):
+        pytest.skip("mcp 2.x in-memory Client, Python 3.11+")
+    from mcp.client import Client
+    from mcp.server.mcpserver import MCPServer
+
+    import idemtools
+    from idemtools.client import call_tool
+
+    runs = 0
+
+    async def main() -> list[str]:
+        server = MCPServer("t")
+
+        @server.tool()
+        async def boom(x: int) -> int:
+            nonlocal runs
+            runs += 1
+            if x:
+                raise await _cancelled_future()
+            return x
+
+        idemtools.install(server)
+        seen: list[str] = []
+        async with Client(server, mode="legacy") as client:
+            for _ in range(2):
+                with pytest.raises(Exception) as caught:
+                    await call_tool(client.session, "boom", {"x": 1}, idempotency_key="kk")
+                seen.append(str(caught.value))
+        return seen
+
+    first, retry = anyio.run(main)
+    assert "CancelledError" in first and retry == first
+    assert runs == 1

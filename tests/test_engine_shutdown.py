@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import time
 import uuid
@@ -21,7 +22,8 @@ import anyio
 import pytest
 
 from idemtools import Engine, Outcome, Policy, Registry, shared
-from idemtools.engine import ToolCall
+from idemtools.engine import ToolCall, _scope_hash
+from idemtools.scopes import CallContext
 from idemtools.stores.base import Status
 from idemtools.stores.redis import RedisStore
 from idemtools.stores.sqlite import SQLiteStore
@@ -312,3 +314,45 @@ async def test_rolling_restart_past_the_grace_runs_the_tool_once(
     (line,) = [r.getMessage() for r in caplog.records if "still running" in r.getMessage()]
     assert "tool=charge" in line and "key_digest=" in line and "running_for=" in line
     await new.aclose()
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "asyncio",
+        pytest.param(
+            "trio",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("trio") is None, reason="trio is not installed"
+            ),
+        ),
+    ],
+)
+def test_past_the_grace_the_last_call_out_records_and_closes(tmp_path: Path, backend: str) -> None:
+    path = tmp_path / "late.sqlite"
+
+    async def main() -> None:
+        engine = Engine(SQLiteStore(path), registry=Registry())
+        tool = Tool(gated=True)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.handle, call("k"), tool)
+            with anyio.fail_after(10):
+                await tool.started.wait()
+            with anyio.fail_after(5):
+                await engine.aclose(grace=0.1)
+            assert engine.executing == 1 and not engine._closed
+            tool.gate.set()  # type: ignore[union-attr]
+        with anyio.fail_after(10):
+            while not engine._closed:
+                await anyio.sleep(0.01)
+        assert engine.keeper.live == 0
+
+    anyio.run(main, backend=backend)
+
+    async def read() -> None:
+        store = SQLiteStore(path)
+        record = await store.get(_scope_hash(POLICY, CallContext(), "k"), "k")
+        await store.aclose()
+        assert record is not None and record.status is Status.COMPLETED, "recorded, then closed"
+
+    anyio.run(read)
