@@ -316,12 +316,17 @@ class Engine:
             )
         except Exception as exc:
             self.keeper.drop(held)
-            if isinstance(exc, StoreUnavailableError):
-                # The store may have applied the claim and lost only its answer (a timeout,
-                # a connection that broke on the way back): release it, fenced by owner, so
-                # that the key does not read "in progress" for a lease while nothing runs.
-                await self._release_after_failure(ex)
-            await self._ended(ex)
+            try:
+                if isinstance(exc, StoreUnavailableError):
+                    # The store may have applied the claim and lost only its answer (a
+                    # timeout, a connection that broke on the way back): release it, fenced
+                    # by owner, so that the key does not read "in progress" for a lease while
+                    # nothing runs.
+                    await self._release_after_failure(ex)
+            finally:
+                if self._ended_now(ex):
+                    with anyio.CancelScope(shield=True):
+                        await self._close_later()
             raise
         except BaseException:  # cancelled (asyncio.CancelledError, trio.Cancelled)
             self.keeper.drop(held)
@@ -330,7 +335,9 @@ class Engine:
             else:
                 with anyio.CancelScope(shield=True):
                     await self._release_quietly(ex)
-            self._executing.discard(ex)
+            if self._ended_now(ex):
+                with anyio.CancelScope(shield=True):
+                    await self._close_later()
             raise
         if not claim.claimed:
             self.keeper.drop(held)
@@ -733,24 +740,35 @@ class Engine:
         is recorded (or the claim released)."""
         return len(self._executing)
 
-    async def _ended(self, ex: _Execution) -> None:
-        """While closing: an execution ended. Wake `drain()`; the last one out closes what
-        `aclose()` left open for it (the lease keeper, the store)."""
+    def _ended_now(self, ex: _Execution) -> bool:
+        """An execution ended: wake `drain()`. True when it was the last one out after
+        `aclose()` returned, so the caller must close what was left open (`_close_later`)."""
         self._executing.discard(ex)
         if self._executing:
-            return
+            return False
         if self._idle is not None:
             self._idle.set()
         if self._close_when_idle:
             self._close_when_idle = False
-            log.info("shutdown: the last keyed call still running has ended; closing the store")
-            if _on_asyncio():  # not in this call's answer path
-                task = asyncio.get_running_loop().create_task(self._close_now())
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
-            else:
-                with anyio.CancelScope(shield=True):
-                    await self._close_now()
+            return True
+        return False
+
+    async def _ended(self, ex: _Execution) -> None:
+        if self._ended_now(ex):
+            await self._close_later()
+
+    async def _close_later(self) -> None:
+        """Close the lease keeper and the store that `aclose()` left open for calls still
+        running: from a task of its own on asyncio (not in the last call's answer path),
+        inline under a shield on trio."""
+        log.info("shutdown: the last keyed call still running has ended; closing the store")
+        if _on_asyncio():
+            task = asyncio.get_running_loop().create_task(self._close_now())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        else:
+            with anyio.CancelScope(shield=True):
+                await self._close_now()
 
     async def drain(self, grace: float | None = None) -> bool:
         """Refuse new keyed calls, then wait for the ones in flight to be recorded.
