@@ -145,8 +145,7 @@ def _keys_main(args: argparse.Namespace) -> int:
         print(f"idemtools: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # the store's own failure: one line, no traceback
-        cause = exc.__cause__ or exc
-        print(f"idemtools: error: the store failed: {exc} ({cause!r})", file=sys.stderr)
+        print(f"idemtools: error: the store failed: {exc}", file=sys.stderr)
         return 1
 
 

@@ -192,3 +192,10 @@ def test_a_bad_scope_is_a_usage_error(tmp_path: Path) -> None:
     for scope in ("by_auth_subject", "[not json", '{"a": 1}'):
         done = keys("show", url, "--key", "k", "--scope", scope)
         assert done.returncode == 2 and "--scope" in done.stderr, done.stderr
+
+
+def test_an_unreachable_store_is_one_line_without_the_password() -> None:
+    done = keys("show", "redis://:hunter2@127.0.0.1:1/0", "--key", "k", "--scope", "shared")
+    assert done.returncode == 1
+    assert done.stderr.startswith("idemtools: error: the store failed:")
+    assert "Traceback" not in done.stderr and "hunter2" not in done.stderr
