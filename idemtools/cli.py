@@ -1,6 +1,8 @@
 """The `idemtools` command: `idemtools docs module:attribute [-o FILE] [--format markdown|json]`,
-and `idemtools conformance TARGET` (the black-box SEP-3182 kit, `idemtools.conformance.cli`,
-which has its own exit codes: 0 conformant, 1 a MUST check failed, 2 target unreachable).
+`idemtools conformance TARGET` (the black-box SEP-3182 kit, `idemtools.conformance.cli`,
+which has its own exit codes: 0 conformant, 1 a MUST check failed, 2 target unreachable), and
+`idemtools keys show|release STORE_URL --key K --scope S` (one record, for operators; see
+`idemtools.keys`).
 
 Exit codes follow shell habit: 0 done, 2 usage errors (argparse's own code, also for a
 reference that is not `module:attribute`), 1 when the server cannot be loaded or documented,
@@ -11,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
+import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import anyio
 
@@ -73,7 +79,106 @@ def _parser() -> argparse.ArgumentParser:
         "--format", choices=("markdown", "json"), default="markdown", help="default: markdown"
     )
     conformance_cli.add_parser(commands)
+    _add_keys_parser(commands)
     return parser
+
+
+def _add_keys_parser(commands: Any) -> None:
+    keys = commands.add_parser(
+        "keys",
+        help="show or release one idempotency record (operators)",
+        description=(
+            "Show one idempotency record (state, owner, age, expiry; the outcome only with "
+            "--outcome), or release a key whose tool is not running any more, fenced by its "
+            "owner token. STORE_URL is what the server's store was built from "
+            "(idemtools.stores.from_url), e.g. sqlite:///var/lib/app/idem.db or "
+            "redis://host:6379/0?prefix=app:."
+        ),
+    )
+    actions = keys.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    for name, text in (
+        ("show", "print the record of one key"),
+        ("release", "free one key (in progress; completed only with --force)"),
+    ):
+        action = actions.add_parser(name, help=text, description=text)
+        action.add_argument("store_url", metavar="STORE_URL")
+        action.add_argument("--key", required=True, help="the idempotencyKey, exactly as sent")
+        action.add_argument(
+            "--scope",
+            required=True,
+            help=(
+                "the scope hash from the server's log (scope=<64 hex>), or shared, or local "
+                "(this OS user on this host), or the scope value as JSON, e.g. "
+                '\'["sub", "https://issuer.example", "alice"]\''
+            ),
+        )
+        if name == "show":
+            action.add_argument(
+                "--outcome", action="store_true", help="also print the recorded outcome"
+            )
+            action.add_argument("--json", action="store_true", help="print JSON")
+        else:
+            action.add_argument(
+                "--owner", help="release only if the key is still held by this owner token"
+            )
+            action.add_argument(
+                "--force",
+                action="store_true",
+                help="also delete a completed record (its next retry runs the tool again)",
+            )
+
+
+def _keys_main(args: argparse.Namespace) -> int:
+    from . import keys, stores
+
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        scope = keys.scope_hash(args.scope)
+        store = stores.from_url(args.store_url)
+    except (keys.KeysError, ValueError) as exc:
+        print(f"idemtools: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return anyio.run(_keys_run, store, scope, args)
+    except keys.KeysError as exc:
+        print(f"idemtools: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the store's own failure: one line, no traceback
+        print(f"idemtools: error: the store failed: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _keys_run(store: Any, scope: str, args: argparse.Namespace) -> int:
+    from . import keys
+
+    try:
+        if args.action == "show":
+            record = await store.get(scope, args.key)
+            if record is None:
+                print(f"no live record for this key in scope {scope}")
+                return 1
+            shown = keys.describe(
+                record, key=args.key, scope=scope, outcome=args.outcome, now=time.time()
+            )
+            if args.json:
+                print(json.dumps(shown, indent=2, ensure_ascii=False))
+            else:
+                for name, value in shown.items():
+                    if name == "outcome":
+                        value = json.dumps(value, ensure_ascii=False)
+                    elif name == "outcome_bytes" and value is not None and not args.outcome:
+                        value = f"{value} (content not shown; pass --outcome)"
+                    print(f"{name}: {'-' if value is None else value}")
+            return 0
+        result = await keys.release(store, scope, args.key, owner=args.owner, force=args.force)
+        if not result.released:
+            print("not released: the record changed meanwhile (see idemtools keys show)")
+            return 1
+        print(f"released ({result.state}, owner {result.owner})")
+        return 0
+    finally:
+        await store.aclose()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "conformance":
         return conformance_cli.main(args)
+    if args.command == "keys":
+        return _keys_main(args)
     # Console scripts, unlike `python -m`, do not put the current directory on sys.path;
     # a user documenting `myapp.server:server` from the project root expects it to import.
     if os.getcwd() not in sys.path and "" not in sys.path:

@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import sys
+import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass, field
@@ -69,8 +70,38 @@ __all__ = ["REPLAY_META_KEY", "Engine", "EngineStats", "ToolCall", "key_digest"]
 
 log = logging.getLogger("idemtools")
 
+_SHUTTING_DOWN = "the server is shutting down; retry this call (it was not run)"
+
 REPLAY_META_KEY = "io.github.idemtools/replayed"
 """The `_meta` key of the opt-in replay marker on replayed results."""
+
+
+def new_owner(now: float) -> str:
+    """A fresh owner token: 32 lowercase hex digits, unique per execution (80 random bits),
+    whose first 12 are the claim's wall-clock time in milliseconds, so that an operator
+    looking at a record (`idemtools keys show`) sees how long ago it was claimed. Stores treat
+    owners as opaque strings."""
+    global _owner_prefix
+    ms = int(now * 1000)
+    cached = _owner_prefix
+    if cached[0] != ms:  # formatted once per millisecond, not per call (hot path)
+        cached = _owner_prefix = (ms, f"{ms:012x}")
+    return cached[1] + os.urandom(10).hex()
+
+
+_owner_prefix: tuple[int, str] = (-1, "")
+
+
+def claimed_at(owner: str) -> float | None:
+    """The claim time (seconds since the epoch) an owner token from `new_owner` carries, or
+    None for a token of another shape (written by another release, or by hand)."""
+    if len(owner) != 32:
+        return None
+    try:
+        ms = int(owner[:12], 16)
+    except ValueError:
+        return None
+    return ms / 1000 if 1_500_000_000_000 <= ms <= 10_000_000_000_000 else None
 
 
 def key_digest(key: str) -> str:
@@ -107,6 +138,7 @@ class EngineStats:
     lost_claims: int = 0
     released: int = 0
     lease_lapses: int = 0  # renewals or completions later than the lease allowed (ERROR logged)
+    max_runtime_exceeded: int = 0
 
 
 class Engine:
@@ -171,11 +203,14 @@ class Engine:
             on_error=self._renewal_failed,
             on_lapse=self._lease_lapsed,
             timed=self.telemetry.timed,
+            on_overrun=self._max_runtime_exceeded,
         )
         self._background: set[asyncio.Task[Any]] = set()
         self._executing: set[_Execution] = set()
         self._idle: anyio.Event | None = None
         self._closing = False
+        self._close_when_idle = False  # aclose() returned with calls running: the last closes
+        self._closed = False
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -221,9 +256,7 @@ class Engine:
     ) -> Outcome:
         try:
             if self._closing:
-                raise StoreUnavailableError(
-                    "the server is shutting down; retry this call (it was not run)", key=call.key
-                )
+                raise StoreUnavailableError(_SHUTTING_DOWN, key=call.key)
             key = self.check_key(call.key)
             policy = self.policy_for(call.name, call.policy)
             check = policy.authorize or self.authorize
@@ -237,7 +270,8 @@ class Engine:
                     f"arguments cannot be compared as JSON ({exc}); the call was not run",
                     key=key,
                 ) from None
-            execution = _Execution(scope, key, fp, os.urandom(16).hex(), policy, obs=obs)
+            now = time.time()
+            execution = _Execution(scope, key, fp, new_owner(now), policy, call.name, now, obs=obs)
             claim = await self._claim(execution)
             if not claim.claimed:
                 if claim.existing is None:  # a store bug, not a client error
@@ -264,7 +298,17 @@ class Engine:
         ex = execution
         # The keeper holds the lease from before the claim is sent: if this event loop blocks
         # between the claim landing and this coroutine seeing the answer, it is renewed anyway.
-        held = ex.held = self.keeper.hold(ex.scope, ex.key, ex.owner, ex.policy.lease)
+        held = ex.held = self.keeper.hold(
+            ex.scope,
+            ex.key,
+            ex.owner,
+            ex.policy.lease,
+            max_runtime=ex.policy.max_runtime,
+            tool=ex.tool,
+        )
+        # The execution counts from here, so that `drain()` waits for a claim still on its way
+        # to the store (and the store is not closed under its answer).
+        self._executing.add(ex)
         try:
             claim: Claim = await self._store(
                 self.telemetry.timed(
@@ -273,8 +317,19 @@ class Engine:
                 ),
                 ex.key,
             )
-        except Exception:
+        except Exception as exc:
             self.keeper.drop(held)
+            try:
+                if isinstance(exc, StoreUnavailableError):
+                    # The store may have applied the claim and lost only its answer (a
+                    # timeout, a connection that broke on the way back): release it, fenced
+                    # by owner, so that the key does not read "in progress" for a lease while
+                    # nothing runs.
+                    await self._release_after_failure(ex)
+            finally:
+                if self._ended_now(ex):
+                    with anyio.CancelScope(shield=True):
+                        await self._close_later()
             raise
         except BaseException:  # cancelled (asyncio.CancelledError, trio.Cancelled)
             self.keeper.drop(held)
@@ -283,40 +338,88 @@ class Engine:
             else:
                 with anyio.CancelScope(shield=True):
                     await self._release_quietly(ex)
+            if self._ended_now(ex):
+                with anyio.CancelScope(shield=True):
+                    await self._close_later()
             raise
-        if claim.claimed:
-            held.claimed = True
-        else:
+        if not claim.claimed:
             self.keeper.drop(held)
+            self._executing.discard(ex)
+            if self._closing:
+                await self._ended(ex)
+            return claim
+        held.claimed = True
+        if self._closing:
+            # Claimed after closing began: not run. Released (fenced by owner) before the
+            # store may close, and refused like any call that arrives during shutdown.
+            self.keeper.drop(held)
+            with anyio.CancelScope(shield=True):
+                await self._release_quietly(ex, why="the server is shutting down")
+                await self._ended(ex)
+            raise StoreUnavailableError(_SHUTTING_DOWN, key=ex.key)
         return claim
 
-    def _release_later(self, ex: _Execution) -> None:
+    async def _release_after_failure(self, ex: _Execution) -> None:
+        """Release a claim the store may have applied although it raised: inline, so that the
+        refused caller's retry finds the key free, bounded (a store that is down answers the
+        release no better); once more later from the background on asyncio, in case the claim
+        was still on its way (a timeout) or the store was away a moment."""
+        released = False
         try:
-            task = asyncio.get_running_loop().create_task(self._release_quietly(ex, again=True))
+            with anyio.move_on_after(self.release_retry_delay):
+                released = await self._release_quietly(ex, why="its claim failed")
+        finally:
+            if not released and _on_asyncio():
+                self._release_later(ex, tried=True)
+
+    def _release_later(self, ex: _Execution, *, tried: bool = False) -> None:
+        """From a background task: now and once more a moment later, or (`tried`: a first try
+        was made inline) only the later one."""
+        release = self._release_quietly(ex, again=True, skip_first=tried)
+        try:
+            task = asyncio.get_running_loop().create_task(release)
         except RuntimeError:  # pragma: no cover - trio never cancels natively
+            release.close()
             return
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _release_quietly(self, ex: _Execution, *, again: bool = False) -> None:
+    async def _release_quietly(
+        self,
+        ex: _Execution,
+        *,
+        again: bool = False,
+        skip_first: bool = False,
+        why: str = "cancellation",
+    ) -> bool:
         """Release a claim whose call will not run; `again`: the claim may still be in flight
-        to the store, so one more try follows a moment later if the first found nothing."""
+        to the store, so one more try follows a moment later if the first found nothing.
+        True when this released it."""
         for attempt in range(2 if again else 1):
             if attempt:
                 await anyio.sleep(self.release_retry_delay)
+                if self._closed:
+                    return False  # the store is gone; the claim, if it landed, lapses by lease
+            elif skip_first:
+                continue
             try:
                 if await self.telemetry.timed(
                     "release", self.store.release(ex.scope, ex.key, ex.owner)
                 ):
                     self.stats.released += 1
-                    log.info("claim released after cancellation key_digest=%s", _digest(ex.key))
-                    return
+                    log.info("claim released after %s key_digest=%s", why, _digest(ex.key))
+                    return True
             except Exception as exc:
                 self.stats.store_errors += 1
                 log.warning(
-                    "could not release a cancelled claim key_digest=%s: %r", _digest(ex.key), exc
+                    "could not release a claim after %s key_digest=%s: %r",
+                    why,
+                    _digest(ex.key),
+                    exc,
                 )
-                return
+                if not again:
+                    return False
+        return False
 
     def _answer_existing(self, record: Record, key: str, fp: str, policy: Policy) -> Outcome:
         if record.fingerprint != fp:
@@ -430,31 +533,54 @@ class Engine:
     async def _execute_body(self, ex: _Execution, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
         # The lease keeper renews the claim, off this event loop, from the claim (see `_claim`)
         # until the outcome is recorded (a record written after a store outage included).
-        self._executing.add(ex)
         held = ex.held
         try:
             if ex.policy.transactional and isinstance(self.store, TransactionalStore):
                 outcome = await self._execute_in_transaction(ex, run)
             else:
-                outcome = await self._run(ex.key, run)
+                outcome = await self._run(ex, run)
                 await self._finish(ex, outcome)
             if ex.obs is not None:  # in the shielded body: a caller that left is still told
                 await ex.obs.end(outcome)
+            if ex.reraise is not None:
+                raise ex.reraise
             return outcome
         finally:
             if held is not None:
                 self.keeper.drop(held)
             self._executing.discard(ex)
-            if not self._executing and self._idle is not None:
-                self._idle.set()
+            if self._closing:
+                await self._ended(ex)
 
     @staticmethod
-    async def _run(key: str, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
+    async def _run(ex: _Execution, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
         try:
             return await run()
         except Exception as exc:  # the adapter's run() should not raise; be safe
-            log.exception("tools/call raised inside idemtools key_digest=%s", key_digest(key))
+            log.exception("tools/call raised inside idemtools key_digest=%s", key_digest(ex.key))
             return Outcome.of_error(-32603, f"internal error: {exc}")
+        except BaseException as exc:
+            if _cancels_the_execution(exc):
+                # The execution's own task is being cancelled (an event loop tearing down):
+                # no outcome of the tool's. Nothing is recorded; the claim lapses by lease.
+                log.error(
+                    "keyed call cancelled while running key_digest=%s; nothing was recorded, "
+                    "its claim lapses by lease",
+                    key_digest(ex.key),
+                )
+                raise
+            # Anything else the tool raised is its outcome: recorded and replayed, never left
+            # "in progress" for a lease and then run again. Interrupts are recorded, then
+            # raised again once the record is written.
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                ex.reraise = exc
+            log.error(
+                "tool raised %s key_digest=%s; recorded as the call's error outcome",
+                type(exc).__name__,
+                key_digest(ex.key),
+                exc_info=exc,
+            )
+            return Outcome.of_error(-32603, f"internal error: the tool raised {type(exc).__name__}")
 
     async def _execute_in_transaction(
         self, ex: _Execution, run: Callable[[], Awaitable[Outcome]]
@@ -462,7 +588,7 @@ class Engine:
         assert isinstance(self.store, TransactionalStore)
         try:
             async with self.store.execution(ex.scope, ex.key, ex.owner) as writes:
-                outcome = await self._run(ex.key, run)
+                outcome = await self._run(ex, run)
                 if writes is not None and _failed(outcome):
                     # A failed call keeps none of its writes; its error record still commits.
                     await writes.rollback()
@@ -500,6 +626,19 @@ class Engine:
             key_digest(held.key),
             late,
             held.lease,
+        )
+
+    def _max_runtime_exceeded(self, held: Lease) -> None:
+        # On the keeper thread: the tool runs past its policy's max_runtime (hung?).
+        self.stats.max_runtime_exceeded += 1
+        log.error(
+            "keyed call ran past its max_runtime; its claim is no longer renewed and lapses "
+            "by lease within %.1f s, after which a retry may run the tool again tool=%s "
+            "key_digest=%s scope=%s (show or release the key: idemtools keys show|release)",
+            held.lease,
+            held.tool,
+            key_digest(held.key),
+            held.scope,
         )
 
     def _renewal_failed(self, held: Lease, exc: BaseException) -> None:
@@ -615,15 +754,49 @@ class Engine:
 
     @property
     def executing(self) -> int:
-        """Keyed calls running now (claimed, not yet recorded)."""
+        """Keyed calls in flight now: from the moment their claim is sent until their outcome
+        is recorded (or the claim released)."""
         return len(self._executing)
 
-    async def drain(self, grace: float | None = None) -> bool:
-        """Refuse new keyed calls, then wait for the running ones to be recorded.
+    def _ended_now(self, ex: _Execution) -> bool:
+        """An execution ended: wake `drain()`. True when it was the last one out after
+        `aclose()` returned, so the caller must close what was left open (`_close_later`)."""
+        self._executing.discard(ex)
+        if self._executing:
+            return False
+        if self._idle is not None:
+            self._idle.set()
+        if self._close_when_idle:
+            self._close_when_idle = False
+            return True
+        return False
 
-        Waits at most `grace` seconds (default: the longest lease among the running calls:
-        past it, a crashed server's claim would have ended too). Returns True when every
-        running call was recorded; otherwise logs an ERROR with how many were still running.
+    async def _ended(self, ex: _Execution) -> None:
+        if self._ended_now(ex):
+            await self._close_later()
+
+    async def _close_later(self) -> None:
+        """Close the lease keeper and the store that `aclose()` left open for calls still
+        running: from a task of its own on asyncio (not in the last call's answer path),
+        inline under a shield on trio."""
+        log.info("shutdown: the last keyed call still running has ended; closing the store")
+        if _on_asyncio():
+            task = asyncio.get_running_loop().create_task(self._close_now())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        else:
+            with anyio.CancelScope(shield=True):
+                await self._close_now()
+
+    async def drain(self, grace: float | None = None) -> bool:
+        """Refuse new keyed calls, then wait for the ones in flight to be recorded.
+
+        In flight counts from the moment a call's claim is sent: a claim that comes back
+        "claimed" after closing began is released (fenced by owner) and refused, never run.
+        Their leases stay renewed while this waits. Waits at most `grace` seconds (default:
+        the longest lease among them: past it, a crashed server's claim would have ended too).
+        Returns True when every one was recorded; otherwise logs each still running at ERROR
+        (tool, key digest, how long it has run) and returns False.
         """
         self._closing = True
         if not self._executing:
@@ -635,19 +808,45 @@ class Engine:
             while self._executing:
                 await self._idle.wait()
                 self._idle = anyio.Event()
-        if self._executing:
+        if not self._executing:
+            return True
+        now = time.time()
+        running = sorted(self._executing, key=lambda ex: ex.started)
+        for ex in running:
             log.error(
-                "shutdown: %d keyed call(s) still running after %.1f s; closing the store now, "
-                "so their outcomes may not be recorded (their claims end by lease)",
-                len(self._executing),
+                "shutdown: keyed call still running after the %.1f s grace tool=%s "
+                "key_digest=%s scope=%s running_for=%.1fs; its lease stays renewed while this "
+                "process lives, and its outcome is recorded if it ends; if the process exits "
+                "first, its claim lapses by lease and a retry may run it again",
                 grace,
+                ex.tool,
+                key_digest(ex.key),
+                ex.scope,
+                now - ex.started,
             )
-            return False
-        return True
+        return False
 
     async def aclose(self, grace: float | None = None) -> None:
-        """Drain (see `drain`), stop the lease keeper, then close the store."""
-        await self.drain(grace)
+        """Drain (see `drain`), then stop the lease keeper and close the store.
+
+        When calls are still running after the grace, this returns (each is logged at ERROR)
+        but the keeper and the store stay open for them until the last one has ended: a
+        process that keeps running (a server still waiting on its handlers) keeps their
+        leases alive and records their outcomes; one that exits cuts them off, and their
+        claims lapse by lease (the SEP's crash limit).
+        """
+        if await self.drain(grace):
+            await self._close_now()
+            return
+        self._close_when_idle = True
+        if not self._executing:  # the last one ended just now
+            self._close_when_idle = False
+            await self._close_now()
+
+    async def _close_now(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         await anyio.to_thread.run_sync(self.keeper.close)
         await self.store.aclose()
 
@@ -661,12 +860,38 @@ class _Execution:
     fingerprint: str
     owner: str  # unique per execution: fences a stale owner
     policy: Policy
+    tool: str
+    started: float  # time.time() when the call was decided: how long it has run
     held: Lease | None = None  # the lease keeper's hold on the claim
     obs: Observation | None = None  # telemetry and on_outcome, when anything listens
+    reraise: BaseException | None = None  # an interrupt the tool raised, raised once recorded
 
 
 def _on_asyncio() -> bool:
     return _current_async_library() == "asyncio"
+
+
+def _cancels_the_execution(exc: BaseException) -> bool:
+    """Whether `exc`, raised out of a tool, is the cancellation of the execution itself rather
+    than something the tool raised (its own `CancelledError` from a future another task
+    cancelled, a custom `BaseException`).
+
+    On asyncio, `Task.cancelling()` (3.11+) says whether the running task has a cancellation
+    pending: the execution runs in a task of its own behind `asyncio.shield`, so only someone
+    cancelling that very task (an event loop tearing down) counts. Python 3.10 has no way to
+    tell: there every `CancelledError` counts as the execution's cancellation (not recorded;
+    the claim lapses by lease, as if the process had died). On trio the body runs under a
+    shield; a `Cancelled` reaching it must propagate to its own scope.
+    """
+    if isinstance(exc, GeneratorExit):
+        return True  # the coroutine is being closed: it must not await anything more
+    if not isinstance(exc, anyio.get_cancelled_exc_class()):
+        return False
+    if not _on_asyncio():
+        return True
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is None or cancelling() > 0
 
 
 # -- eager start of an execution's task ----------------------------------------------------------

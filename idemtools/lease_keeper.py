@@ -54,6 +54,7 @@ class Lease:
 
     __slots__ = (
         "claimed",
+        "deadline",
         "done",
         "due",
         "ident",
@@ -65,6 +66,7 @@ class Lease:
         "renewing",
         "reported",
         "scope",
+        "tool",
     )
 
     def __init__(
@@ -95,6 +97,10 @@ class Lease:
         # engine seeing the answer); until the engine confirms it, "not held" is no loss. The
         # engine clears it again while it records the outcome.
         self.claimed = False
+        # time.monotonic() past which it is no longer renewed (the policy's max_runtime), and
+        # the tool it runs, for the engine's ERROR; set by `hold`.
+        self.deadline: float | None = None
+        self.tool = ""
 
 
 class LeaseKeeper:
@@ -112,6 +118,8 @@ class LeaseKeeper:
             By default logged at ERROR.
         timed: `timed("renew", awaitable)` wraps each renewal (the engine's telemetry times
             store operations); by default the renewal itself.
+        on_overrun: called (on the keeper thread) when a claim's renewal fell due past its
+            `max_runtime`: it is not renewed any more (and lapses by lease).
     """
 
     def __init__(
@@ -122,7 +130,9 @@ class LeaseKeeper:
         on_error: Callable[[Lease, BaseException], None],
         on_lapse: Callable[[Lease, float], None] | None = None,
         timed: Callable[[str, Awaitable[bool]], Awaitable[bool]] = lambda _op, op: op,
+        on_overrun: Callable[[Lease], None] = lambda _held: None,
     ) -> None:
+        self._on_overrun = on_overrun
         self._source = store
         self._timed = timed
         self._on_lost = on_lost
@@ -145,14 +155,28 @@ class LeaseKeeper:
 
     # -- the call path (any thread) --------------------------------------------------------
 
-    def hold(self, scope: str, key: str, owner: str, lease: float) -> Lease:
-        """Start renewing a claim just made; `drop` it when the call has ended."""
+    def hold(
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        lease: float,
+        *,
+        max_runtime: float | None = None,
+        tool: str = "",
+    ) -> Lease:
+        """Start renewing a claim just made; `drop` it when the call has ended. With
+        `max_runtime`, renewals stop that many seconds from now."""
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # trio: no asyncio loop to fall back to
             loop = None
-        due = time.monotonic() + lease / 3
-        held = Lease(next(self._ids), scope, key, owner, lease, due, loop)
+        now = time.monotonic()
+        held = Lease(next(self._ids), scope, key, owner, lease, now + lease / 3, loop)
+        if max_runtime is not None:
+            held.deadline = now + max_runtime
+        held.tool = tool
+        due = held.due
         with self._lock:
             if self._closing:
                 return held  # shutting down: the engine refuses new calls; nothing to renew
@@ -237,6 +261,10 @@ class LeaseKeeper:
                         break
                     now = time.monotonic()
                     due = [h for h in self._live.values() if h.due <= now and not h.renewing]
+                    overrun = [h for h in due if h.deadline is not None and now >= h.deadline]
+                    for held in overrun:  # past max_runtime: no more renewals
+                        self._live.pop(held.ident, None)
+                        due.remove(held)
                     for held in due:
                         held.due = now + held.lease / 3
                         held.renewing = True
@@ -249,6 +277,11 @@ class LeaseKeeper:
                     # When this thread wakes by itself: `hold` wakes it earlier only for a
                     # renewal due before then (not for every call: most end long before).
                     self._target = target
+                for held in overrun:
+                    try:
+                        self._on_overrun(held)
+                    except Exception:  # a callback's bug must not stop every other renewal
+                        log.exception("lease keeper: on_overrun failed")
                 for held in due:
                     late = self._lapse(held, now)
                     if late is not None:

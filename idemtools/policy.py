@@ -23,6 +23,7 @@ from .errors import UnauthorizedError
 from .scopes import AuthorizeFn, CallContext, Scope, ScopeFn, _as_scope, by_auth_subject
 
 __all__ = [
+    "DEFAULT_MAX_RUNTIME",
     "DEFAULT_POLICY",
     "TOOL_META_KEY",
     "Policy",
@@ -70,6 +71,25 @@ def _seconds(value: object, what: str) -> float:
     return seconds
 
 
+def _optional_seconds(value: object, what: str) -> float | None:
+    """`_seconds`, where None means "no limit"."""
+    if value is None:
+        return None
+    try:
+        return _seconds(value, what)
+    except TypeError:
+        raise TypeError(
+            f"{what} must be {_DURATION_TYPES} or None, got {value!r} ({type(value).__name__})"
+        ) from None
+
+
+DEFAULT_MAX_RUNTIME = 3600.0
+"""One hour: far beyond what any interactive client waits for a tool call, so no call a
+client still waits on reaches it, while a hung tool frees its key within the hour (plus one
+lease) without a restart. A second execution is worse than a stuck key, and a stuck key can
+be released at once from the CLI (`idemtools keys release`); hence long, not short."""
+
+
 @dataclass(frozen=True)
 class Policy:
     """How keyed calls to one tool are deduplicated.
@@ -79,18 +99,24 @@ class Policy:
             Published in the generated retention documentation (SEP, "Retention").
         lease: how long an in-progress claim lives without renewal. While the tool runs the
             claim is renewed; if the process dies, a retry runs the tool again after this.
+        max_runtime: how long a running call's claim is renewed (seconds; None: for as long
+            as it runs). Past it the claim is no longer renewed, with an ERROR naming the tool
+            and key digest, and it lapses by lease: a tool that never returns (a deadlock, an
+            elicitation to a client that has gone) does not hold its key for ever. A retry
+            after that may run the tool again, so keep it above the slowest legitimate run.
+            Default `DEFAULT_MAX_RUNTIME` (one hour).
         scope: whose records a key can match (see `idemtools.scopes`).
         name: the tool's registry name, when it should not follow the function name.
         transactional: run the tool inside the store's transaction (PostgresStore), so its
             own writes to that database and the completed record commit or roll back
             together; closes the SEP's crash window for such tools.
         authorize: `check(context)`, sync or async, run before every replay and every
-            execution of a keyed call; if it raises (or returns False), the call is refused with
-            `idempotency_unauthorized` and no record is read or written. A tool that checks
-            permissions inside its handler must declare that check here too: the handler
-            does not run on a replay, so otherwise a caller whose permission was revoked
-            still gets the recorded answer for the whole retention. None: the server-wide
-            `install(authorize=...)`, if any.
+            execution of a keyed call; if it raises or returns anything but True or None, the
+            call is refused with `idempotency_unauthorized` and no record is read or written.
+            A tool that checks permissions inside its handler must declare that check here
+            too: the handler does not run on a replay, so otherwise a caller whose permission
+            was revoked still gets the recorded answer for the whole retention. None: the
+            server-wide `install(authorize=...)`, if any.
     """
 
     retention: float = 24 * 3600.0
@@ -99,6 +125,7 @@ class Policy:
     name: str | None = None
     transactional: bool = False
     authorize: AuthorizeFn | None = field(default=None, compare=False)
+    max_runtime: float | None = DEFAULT_MAX_RUNTIME
 
     @staticmethod
     def of(
@@ -109,6 +136,7 @@ class Policy:
         name: str | None = None,
         transactional: bool = False,
         authorize: AuthorizeFn | None = None,
+        max_runtime: timedelta | float | None = DEFAULT_MAX_RUNTIME,
     ) -> Policy:
         """Build a policy from friendly values (timedelta or seconds, plain scope functions)."""
         return Policy(
@@ -118,6 +146,7 @@ class Policy:
             name=name,
             transactional=transactional,
             authorize=_checked_authorize(authorize),
+            max_runtime=_optional_seconds(max_runtime, "max_runtime"),
         )
 
     def __post_init__(self) -> None:
@@ -125,6 +154,7 @@ class Policy:
         # computes an expiry from it; a timedelta given directly is accepted and stored as seconds.
         object.__setattr__(self, "retention", _seconds(self.retention, "retention"))
         object.__setattr__(self, "lease", _seconds(self.lease, "lease"))
+        object.__setattr__(self, "max_runtime", _optional_seconds(self.max_runtime, "max_runtime"))
         object.__setattr__(self, "scope", _as_scope(self.scope))
 
     def with_name(self, name: str) -> Policy:
@@ -211,6 +241,7 @@ def idempotent(
     registry: Registry | None = ...,
     transactional: bool = ...,
     authorize: AuthorizeFn | None = ...,
+    max_runtime: timedelta | float | None = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -225,6 +256,7 @@ def idempotent(
     registry: Registry | None = None,
     transactional: bool = False,
     authorize: AuthorizeFn | None = None,
+    max_runtime: timedelta | float | None = DEFAULT_MAX_RUNTIME,
 ) -> Any:
     """Declare a tool's idempotency policy; returns the function itself, unchanged.
 
@@ -237,6 +269,9 @@ def idempotent(
     receives the same `CallContext` scope strategies get (`context.auth.scopes`, the raw token
     at `context.auth.token`) and runs before every replay and execution, because a replay
     never reaches the handler.
+
+    `max_runtime` (default one hour; None: no limit) bounds how long a running call's claim is
+    renewed, so a tool that never returns does not hold its key for ever (see `Policy`).
     """
     policy = Policy.of(
         retention=retention,
@@ -245,6 +280,7 @@ def idempotent(
         name=name,
         transactional=transactional,
         authorize=authorize,
+        max_runtime=max_runtime,
     )
     target = registry if registry is not None else default_registry
 
@@ -267,8 +303,10 @@ def idempotent(
 async def authorize_call(check: AuthorizeFn, context: CallContext, key: str) -> None:
     """Run a tool's `authorize=` check; any exception it raises becomes `UnauthorizedError`.
 
-    A check that returns False refuses too (fail closed: a boolean-style check must not be
-    read as "allowed"); None or True allow.
+    Only True and None allow. False refuses; so does any other answer (`0`, `""`, `[]`, a
+    list of grants, an object), logged at ERROR naming the check and the type it returned: a
+    check returning "the matching grants" must not fail open when there are none, and a
+    truthy object is no more an answer than a falsy one (fail closed).
 
     The exception's message is logged here, never sent: it may name permissions, roles or
     other callers. Nothing about the key's record is read before this returns.
@@ -277,11 +315,28 @@ async def authorize_call(check: AuthorizeFn, context: CallContext, key: str) -> 
         result = check(context)
         if inspect.isawaitable(result):
             result = await result
-        if result is False:  # a check that answers rather than raises: still a refusal
-            raise PermissionError("the authorize check returned False")
+        if result is True or result is None:
+            return
+        if result is not False:
+            log.error(
+                "idempotency authorize check %s returned a %s, not True, None or False; the "
+                "call is refused (fail closed): return True or None to allow, False or raise "
+                "to refuse",
+                _check_name(check),
+                type(result).__name__,
+            )
+        raise PermissionError(f"the authorize check returned {type(result).__name__}")
     except Exception as exc:
         # The engine logs the refusal with the key's digest; the reason stays here.
         log.info("idempotency authorize check refused tool=%s: %r", context.tool, exc)
         raise UnauthorizedError(
             "this call is not authorized; no recorded answer was read or written", key=key
         ) from exc
+
+
+def _check_name(check: object) -> str:
+    name = getattr(check, "__qualname__", None) or getattr(check, "__name__", None)
+    module = getattr(check, "__module__", None)
+    if isinstance(name, str):
+        return f"{module}.{name}" if isinstance(module, str) else name
+    return repr(check)

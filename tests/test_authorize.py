@@ -10,6 +10,8 @@ import logging
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from idemtools import (
     AuthInfo,
@@ -205,3 +207,70 @@ async def test_a_check_that_returns_false_refuses(answer: bool | None) -> None:
             assert tool.calls == 0
         else:
             assert outcome.result is not None and tool.calls == 1
+
+
+# -- issue 16, item 6: only True and None allow --------------------------------------------
+
+# Values a check might return besides True/None/False: "the matching grants" (empty or not),
+# counts, strings, objects. Every one of them refuses: only True and None allow.
+_OTHER_ANSWERS = st.one_of(
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.text(max_size=5),
+    st.binary(max_size=5),
+    st.lists(st.integers(), max_size=3),
+    st.tuples(st.integers()),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.sets(st.integers(), max_size=2),
+    st.builds(object),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(answer=_OTHER_ANSWERS, is_async=st.booleans())
+async def test_any_answer_but_true_or_none_refuses_and_names_the_check(
+    answer: object, is_async: bool
+) -> None:
+    def grants(context: CallContext) -> object:
+        return answer
+
+    async def agrants(context: CallContext) -> object:
+        return answer
+
+    fn = agrants if is_async else grants
+    spy = Spy()
+    engine = Engine(spy, registry=Registry())  # type: ignore[arg-type]
+    tool = Tool()
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("idemtools")
+    logger.addHandler(handler)
+    try:
+        outcome = await engine.handle(keyed(ctx(), Policy.of(authorize=fn)), tool)
+    finally:
+        logger.removeHandler(handler)
+    assert outcome.error is not None
+    assert outcome.error["data"]["type"] == "idempotency_unauthorized"
+    assert tool.calls == 0 and spy.ops == [], "nothing ran, no record was read"
+    errors = [r.getMessage() for r in records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, errors
+    assert fn.__name__ in errors[0] and type(answer).__name__ in errors[0]
+
+
+@pytest.mark.parametrize("answer", [0, "", [], (), {}, 0.0, set()], ids=repr)
+async def test_falsy_answers_refuse_replays_too(answer: object) -> None:
+    allow = True
+
+    def check(context: CallContext) -> object:
+        return None if allow else answer
+
+    engine = Engine(MemoryStore(), registry=Registry())
+    tool = Tool()
+    policy = Policy.of(authorize=check)
+    first = await engine.handle(keyed(ctx(), policy), tool)
+    assert first.result is not None and tool.calls == 1
+    allow = False
+    again = await engine.handle(keyed(ctx(), policy), tool)
+    assert again.error is not None and again.error["data"]["type"] == "idempotency_unauthorized"
+    assert not again.replayed

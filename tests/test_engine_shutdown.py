@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import time
 import uuid
@@ -21,12 +22,13 @@ import anyio
 import pytest
 
 from idemtools import Engine, Outcome, Policy, Registry, shared
-from idemtools.engine import ToolCall
+from idemtools.engine import ToolCall, _scope_hash
+from idemtools.scopes import CallContext
 from idemtools.stores.base import Status
 from idemtools.stores.redis import RedisStore
 from idemtools.stores.sqlite import SQLiteStore
 
-from .services import RUN_ID, need_redis, proxy_to, with_port
+from .services import RUN_ID, need_redis, private_redis, proxy_to, with_port
 
 DELAY = 0.4  # each request to Redis waits this long in the relay
 POLICY = Policy.of(retention=60, lease=30, scope=shared)  # a long lease: a stuck key would show
@@ -58,8 +60,10 @@ def call(key: str) -> ToolCall:
     return ToolCall(name="charge", arguments={"amount": 1}, key=key, policy=POLICY)
 
 
-async def _slow_redis_engine(proxy_port: int) -> tuple[Engine, RedisStore, RedisStore]:
-    url = need_redis()
+async def _slow_redis_engine(
+    proxy_port: int, url: str | None = None
+) -> tuple[Engine, RedisStore, RedisStore]:
+    url = url or need_redis()
     prefix = f"idemtools-test:{RUN_ID}:cancel:{uuid.uuid4().hex[:6]}:"
     slow = RedisStore.from_url(with_port(url, "127.0.0.1", proxy_port), prefix=prefix)
     direct = RedisStore.from_url(url, prefix=prefix)  # to look at the record without delay
@@ -216,3 +220,139 @@ async def test_aclose_with_nothing_running_is_immediate(tmp_path: Path) -> None:
     await engine.aclose()
     assert time.monotonic() - started < 1.0
     assert engine.keeper.live == 0
+
+
+# -- issue 16, item 2: a claim in flight counts; the grace keeps leases alive ------------------
+
+
+@pytest.mark.services
+async def test_aclose_waits_for_a_claim_in_flight_and_releases_it() -> None:
+    # A claim is on its way to the store (a slow relay in front of a private Redis) when
+    # closing begins: `aclose()` waits for its answer, which says "claimed"; that claim is
+    # released (fenced by owner) and the call refused, never run; only then is the store closed.
+    with private_redis() as url:
+        async with proxy_to(url, 6379) as proxy:
+            engine, _slow, direct = await _slow_redis_engine(proxy.port, url=url)
+            tool = Tool()
+            results: list[Outcome] = []
+            order: list[str] = []
+
+            async def caller() -> None:
+                results.append(await engine.handle(call("k"), tool))
+                order.append("answered")
+
+            async def close() -> None:
+                await engine.aclose()
+                order.append("closed")
+
+            proxy.delay = DELAY
+            sent = proxy.received
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(caller)
+                await proxy.wait_received(sent + 1)  # the claim is in the relay now
+                assert engine.executing == 1, "a claim in flight counts as in flight"
+                tg.start_soon(close)
+            assert tool.calls == 0, "a claim answered after closing began never runs"
+            (refused,) = results
+            assert refused.error is not None
+            assert refused.error["data"]["type"] == "idempotency_store_unavailable"
+            assert "shutting down" in refused.error["message"]
+            assert order == ["answered", "closed"], "the store closed after the claim's answer"
+            record = await direct.get(await _scope_of(engine), "k")
+            assert record is None, "the claim was released, not left in progress"
+            assert engine.stats.released == 1
+            await direct.aclose()
+
+
+@pytest.mark.services
+async def test_rolling_restart_past_the_grace_runs_the_tool_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Two instances on one Redis. The old one closes with a keyed call running past its grace:
+    # `aclose(grace=)` returns, the call's lease stays renewed, so the new instance's retry is
+    # refused in_progress (not run a second time) after the lease would have lapsed, and gets
+    # the replay once the old instance has recorded the outcome; then the old one closes.
+    url = need_redis()
+    prefix = f"idemtools-test:{RUN_ID}:rolling:{uuid.uuid4().hex[:6]}:"
+    lease = 0.9
+    policy = Policy.of(retention=60, lease=lease, scope=shared)
+    keyed = ToolCall(name="charge", arguments={"amount": 1}, key="k", policy=policy)
+    old = Engine(RedisStore.from_url(url, prefix=prefix), registry=Registry())
+    new = Engine(RedisStore.from_url(url, prefix=prefix), registry=Registry())
+    tool = Tool(gated=True)
+    results: list[Outcome] = []
+
+    async def first() -> None:
+        results.append(await old.handle(keyed, tool))
+
+    with caplog.at_level(logging.ERROR, logger="idemtools"):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            try:
+                with anyio.fail_after(10):
+                    await tool.started.wait()
+                began = time.monotonic()
+                with anyio.fail_after(5):
+                    await old.aclose(grace=0.2)  # returns after the grace, the call running
+                assert tool.calls == 1 and results == []
+                await anyio.sleep(max(0.0, began + 2 * lease - time.monotonic()))
+                with anyio.move_on_after(2):  # a second run would wait on the gate
+                    busy = await new.handle(keyed, tool)
+                assert tool.calls == 1, "the new instance ran the tool a second time"
+                assert busy.error is not None
+                assert busy.error["data"]["type"] == "idempotency_key_in_progress"
+                assert not old._closed, "the store stays open for the running call"
+            finally:
+                tool.gate.set()  # type: ignore[union-attr]
+    assert results == [ok("run 1")]
+    replay = await new.handle(keyed, tool)
+    assert replay.replayed and replay.result == ok("run 1").result
+    assert tool.calls == 1
+    with anyio.fail_after(10):
+        while not old._closed:
+            await anyio.sleep(0.01)
+    (line,) = [r.getMessage() for r in caplog.records if "still running" in r.getMessage()]
+    assert "tool=charge" in line and "key_digest=" in line and "running_for=" in line
+    await new.aclose()
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "asyncio",
+        pytest.param(
+            "trio",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("trio") is None, reason="trio is not installed"
+            ),
+        ),
+    ],
+)
+def test_past_the_grace_the_last_call_out_records_and_closes(tmp_path: Path, backend: str) -> None:
+    path = tmp_path / "late.sqlite"
+
+    async def main() -> None:
+        engine = Engine(SQLiteStore(path), registry=Registry())
+        tool = Tool(gated=True)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.handle, call("k"), tool)
+            with anyio.fail_after(10):
+                await tool.started.wait()
+            with anyio.fail_after(5):
+                await engine.aclose(grace=0.1)
+            assert engine.executing == 1 and not engine._closed
+            tool.gate.set()  # type: ignore[union-attr]
+        with anyio.fail_after(10):
+            while not engine._closed:
+                await anyio.sleep(0.01)
+        assert engine.keeper.live == 0
+
+    anyio.run(main, backend=backend)
+
+    async def read() -> None:
+        store = SQLiteStore(path)
+        record = await store.get(_scope_hash(POLICY, CallContext(), "k"), "k")
+        await store.aclose()
+        assert record is not None and record.status is Status.COMPLETED, "recorded, then closed"
+
+    anyio.run(read)

@@ -442,3 +442,62 @@ def test_a_scope_that_is_not_a_strategy_is_refused_where_it_is_written(scope: ob
         idempotent(scope=scope)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="scope must be a Scope"):
         Policy(scope=scope)  # type: ignore[arg-type]
+
+
+# -- issue 16, item 13: max_runtime -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["1h", "900", True, [60], b"60", object()])
+def test_wrong_max_runtime_type_names_the_option(bad: object) -> None:
+    for build in (
+        lambda: Policy.of(max_runtime=bad),  # type: ignore[arg-type]
+        lambda: idempotent(registry=Registry(), max_runtime=bad),  # type: ignore[call-overload]
+        lambda: Policy(max_runtime=bad),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError) as caught:
+            build()
+        assert str(caught.value).startswith(f"max_runtime must be {_ACCEPTS} or None, got")
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.one_of(
+        st.floats(max_value=0) | st.just(math.inf) | st.just(math.nan),
+        st.integers(max_value=0),
+        st.timedeltas(max_value=timedelta(0)),
+    )
+)
+def test_non_positive_or_infinite_max_runtime_is_refused(bad: object) -> None:
+    with pytest.raises(ValueError) as caught:
+        Policy.of(max_runtime=bad)  # type: ignore[arg-type]
+    assert str(caught.value).startswith("max_runtime must be a positive, finite duration")
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.one_of(
+        st.none(),
+        st.floats(min_value=1e-3, max_value=1e9),
+        st.integers(1, 10**9),
+        st.timedeltas(min_value=timedelta(milliseconds=1), max_value=timedelta(days=3650)),
+    )
+)
+def test_max_runtime_becomes_seconds_or_none(value: float | timedelta | None) -> None:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, int):
+        seconds = float(seconds)
+    assert Policy.of(max_runtime=value).max_runtime == seconds
+    assert Policy(max_runtime=value).max_runtime == seconds  # type: ignore[arg-type]
+    registry = Registry()
+
+    @idempotent(registry=registry, max_runtime=value)
+    def tool() -> None: ...
+
+    assert registry.get("tool").max_runtime == seconds  # type: ignore[union-attr]
+
+
+def test_max_runtime_has_a_documented_default() -> None:
+    from idemtools.policy import DEFAULT_MAX_RUNTIME
+
+    assert DEFAULT_POLICY.max_runtime == DEFAULT_MAX_RUNTIME == 3600.0
+    assert Policy.of().max_runtime == DEFAULT_MAX_RUNTIME

@@ -239,6 +239,7 @@ class PostgresStore:
         self._q_complete_late = q["complete_late"]
         self._q_complete_retry = q["complete_retry"]
         self._q_release = q["release"]
+        self._q_forget = q["forget"]
         self._q_get = q["get"]
         self._q_purge = q["purge"]
         self._q_scope_lock = q["scope_lock"]
@@ -722,6 +723,17 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
 
         return await self._run(op, key)
 
+    async def forget(self, scope: str, key: str, owner: str) -> bool:
+        """Delete the record held by `owner`, in progress or completed: an operator's forced
+        release (`idemtools keys release --force`); never part of the call path."""
+        params = (_b(scope), _b(key), owner)
+
+        async def op(conn: AsyncConnection[Any], _retrying: bool) -> bool:
+            cur = await conn.execute(self._q_forget, params)
+            return cur.rowcount == 1
+
+        return await self._run(op, key)
+
     async def get(self, scope: str, key: str) -> Record | None:
         params = (_b(scope), _b(key))
 
@@ -904,6 +916,10 @@ ON CONFLICT (scope, key) DO UPDATE
         "release": sql.SQL(
             """DELETE FROM {t}
 WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {live}"""
+        ),
+        "forget": sql.SQL(
+            """DELETE FROM {t}
+WHERE scope = %s AND key = %s AND owner = %s AND {live}"""
         ),
         "get": sql.SQL(
             """SELECT status, fingerprint, owner, outcome,

@@ -239,6 +239,16 @@ redis.call('DEL', KEYS[1])
 return 1
 """
 
+# An operator's forced release (`idemtools keys release --force`): the record held by ARGV[1],
+# whatever its status.
+_FORGET = """
+local r = redis.pcall('HMGET', KEYS[1], 'o')
+if type(r) == 'table' and r.err then return 0 end
+if r[1] ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
 
 _CONNECTION_ERRORS = (
     redis_errors.ConnectionError,
@@ -381,6 +391,7 @@ class RedisStore:
         self.outcomes_not_kept = 0
         """Completions recorded as a tombstone because Redis was out of memory."""
         self._release = _Script(_RELEASE)
+        self._forget = _Script(_FORGET)
         self._get = _Script(_GET)
         # Concurrent operations share pipelines (stores/_coalesce.py); never on a Cluster.
         self._coalescer = Coalescer(client) if coalesce and isinstance(client, Redis) else None
@@ -874,6 +885,20 @@ class RedisStore:
             with contextlib.suppress(redis_errors.RedisError, *_CONNECTION_ERRORS):
                 await self._client.zrem(self.quota_name(scope), name)
         return released
+
+    async def forget(self, scope: str, key: str, owner: str) -> bool:
+        """Delete the record held by `owner`, in progress or completed: an operator's forced
+        release (`idemtools keys release --force`); never part of the call path."""
+        name = self.key_name(scope, key)
+
+        async def op(_retrying: bool) -> bool:
+            return bool(await self._eval(self._forget, name, owner))
+
+        forgotten = await self._call(op, key)
+        if forgotten and self.max_records_per_scope is not None:
+            with contextlib.suppress(redis_errors.RedisError, *_CONNECTION_ERRORS):
+                await self._client.zrem(self.quota_name(scope), name)
+        return forgotten
 
     async def get(self, scope: str, key: str) -> Record | None:
         name = self.key_name(scope, key)

@@ -607,6 +607,20 @@ class SQLiteStore:
 
         return await self._run(self._write(op))
 
+    async def forget(self, scope: str, key: str, owner: str) -> bool:
+        """Delete the record held by `owner`, in progress or completed: an operator's forced
+        release (`idemtools keys release --force`); never part of the call path."""
+        s, k = _b(scope), _b(key)
+
+        def op(conn: sqlite3.Connection, now: float) -> bool:
+            cur = conn.execute(
+                f"DELETE FROM {_TABLE} WHERE scope = ? AND key = ? AND owner = ? AND expires > ?",
+                (s, k, owner, now),
+            )
+            return cur.rowcount == 1
+
+        return await self._run(self._write(op))
+
     async def get(self, scope: str, key: str) -> Record | None:
         s, k = _b(scope), _b(key)
 

@@ -1,0 +1,119 @@
+"""`max_runtime`: a hung tool no longer holds its key for ever (issue 16, item 13).
+
+Renewal goes on while a tool runs; past the policy's `max_runtime` it stops, with an ERROR
+naming the key digest and the tool, and the claim lapses by lease. Real time, a real store
+(MemoryStore, which the lease keeper renews directly, and Redis), asyncio and trio.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+from idemtools import Engine, Outcome, Policy, Registry, shared
+from idemtools.engine import ToolCall, key_digest
+from idemtools.stores import MemoryStore
+from idemtools.stores.base import Store
+
+from .services import RUN_ID, need_redis
+
+LEASE = 0.3  # renewed every 0.1 s
+
+BACKENDS = [
+    pytest.param("asyncio"),
+    pytest.param(
+        "trio",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("trio") is None, reason="trio is not installed"
+        ),
+    ),
+]
+
+
+class Hung:
+    """The first run hangs until released (a deadlock, a client that has gone); later runs
+    return at once."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.started = anyio.Event()
+        self.release = anyio.Event()
+
+    async def __call__(self) -> Outcome:
+        self.calls += 1
+        if self.calls == 1:
+            self.started.set()
+            await self.release.wait()
+        return Outcome(result={"content": [{"type": "text", "text": f"run {self.calls}"}]})
+
+
+def _call(policy: Policy) -> ToolCall:
+    return ToolCall(name="export", arguments={}, key="k-hung", policy=policy)
+
+
+async def _scenario(store: Store, max_runtime: float | None, caplog: pytest.LogCaptureFixture):  # type: ignore[no-untyped-def]
+    policy = Policy.of(retention=60, lease=LEASE, scope=shared, max_runtime=max_runtime)
+    engine = Engine(store, registry=Registry())
+    tool = Hung()
+    retry: Outcome | None = None
+    with caplog.at_level(logging.ERROR, logger="idemtools"):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.handle, _call(policy), tool)
+            try:
+                with anyio.fail_after(5):
+                    await tool.started.wait()
+                began = time.monotonic()
+                # Well past max_runtime plus one lease, and several renewal intervals.
+                await anyio.sleep((max_runtime or 0.5) + 3 * LEASE)
+                with anyio.fail_after(5):
+                    retry = await engine.handle(_call(policy), tool)
+                waited = time.monotonic() - began
+            finally:
+                tool.release.set()
+    await engine.aclose()
+    return retry, tool, waited
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_past_max_runtime_renewal_stops_and_the_claim_lapses(
+    backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        retry, tool, _ = await _scenario(MemoryStore(), 0.5, caplog)
+        # The hung call's claim lapsed: the retry claimed the key and ran.
+        assert retry is not None and retry.error is None, retry
+        assert tool.calls == 2
+
+    anyio.run(main, backend=backend)
+    (line,) = [r.getMessage() for r in caplog.records if "max_runtime" in r.getMessage()]
+    assert "tool=export" in line and f"key_digest={key_digest('k-hung')}" in line
+    assert all(r.levelno == logging.ERROR for r in caplog.records if "max_runtime" in r.msg)
+
+
+def test_without_max_runtime_the_claim_is_renewed(caplog: pytest.LogCaptureFixture) -> None:
+    # The control: the same scenario with max_runtime=None keeps the key in progress.
+    async def main() -> None:
+        retry, tool, _ = await _scenario(MemoryStore(), None, caplog)
+        assert retry is not None and retry.error is not None
+        assert retry.error["data"]["type"] == "idempotency_key_in_progress"
+        assert tool.calls == 1
+
+    anyio.run(main)
+    assert not [r for r in caplog.records if "max_runtime" in r.getMessage()]
+
+
+@pytest.mark.services
+async def test_max_runtime_on_redis(caplog: pytest.LogCaptureFixture) -> None:
+    from idemtools.stores.redis import RedisStore
+
+    prefix = f"idemtools-test:{RUN_ID}:maxrt:{uuid.uuid4().hex[:6]}:"
+    make: Callable[[], RedisStore] = lambda: RedisStore.from_url(need_redis(), prefix=prefix)  # noqa: E731
+    retry, tool, _ = await _scenario(make(), 0.5, caplog)
+    assert retry is not None and retry.error is None and tool.calls == 2
+    assert [r for r in caplog.records if "max_runtime" in r.getMessage()]
