@@ -104,6 +104,9 @@ def claimed_at(owner: str) -> float | None:
     return ms / 1000 if 1_500_000_000_000 <= ms <= 10_000_000_000_000 else None
 
 
+_CLAIM_FAILED = "its claim failed"
+
+
 def key_digest(key: str) -> str:
     """A short hash of a key, for logs: keys are client data and may carry meaning."""
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -367,15 +370,17 @@ class Engine:
         released = False
         try:
             with anyio.move_on_after(self.release_retry_delay):
-                released = await self._release_quietly(ex, why="its claim failed")
+                released = await self._release_quietly(ex, why=_CLAIM_FAILED)
         finally:
             if not released and _on_asyncio():
-                self._release_later(ex, tried=True)
+                self._release_later(ex, tried=True, why=_CLAIM_FAILED)
 
-    def _release_later(self, ex: _Execution, *, tried: bool = False) -> None:
+    def _release_later(
+        self, ex: _Execution, *, tried: bool = False, why: str = "cancellation"
+    ) -> None:
         """From a background task: now and once more a moment later, or (`tried`: a first try
         was made inline) only the later one."""
-        release = self._release_quietly(ex, again=True, skip_first=tried)
+        release = self._release_quietly(ex, again=True, skip_first=tried, why=why)
         try:
             task = asyncio.get_running_loop().create_task(release)
         except RuntimeError:  # pragma: no cover - trio never cancels natively
@@ -410,8 +415,12 @@ class Engine:
                     log.info("claim released after %s key_digest=%s", why, _digest(ex.key))
                     return True
             except Exception as exc:
-                self.stats.store_errors += 1
-                log.warning(
+                # After a failed claim the store is most likely still away: that failure was
+                # counted and logged once already; this best-effort undo adds only an INFO.
+                if why != _CLAIM_FAILED:
+                    self.stats.store_errors += 1
+                log.log(
+                    logging.INFO if why == _CLAIM_FAILED else logging.WARNING,
                     "could not release a claim after %s key_digest=%s: %r",
                     why,
                     _digest(ex.key),
