@@ -523,6 +523,10 @@ async def test_failover_to_a_replica_with_an_evicting_policy_refuses_claims(
 
     try:
         assert (await store.claim("s", "before", "fp", "o", 30)).claimed
+        # A connection to a node not used yet also re-reads the policy (it may be another
+        # server): warm one up to every primary first, so that only the failover can.
+        for i in range(48):
+            assert (await store.claim("s", f"warm-{i}", "fp", "o", 30)).claimed
         for port, proc in redis_cluster.procs.items():
             if proc.poll() is None:
                 client = redis.Redis(port=port, socket_timeout=1)
