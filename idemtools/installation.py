@@ -178,7 +178,10 @@ class Installation:
 
     async def aclose(self, grace: float | None = None) -> None:
         """Shut down: refuse new keyed calls, let the running ones finish and be recorded
-        (at most `grace` seconds, by default their longest lease), then close the store.
+        (waiting at most `grace` seconds, by default their longest lease, their leases
+        renewed all the while). Calls still running when the grace ends are logged at ERROR;
+        the lease keeper and the store then stay open until the last of them has ended (or
+        the process exits), so their outcomes are still recorded.
 
         Once only: a second call (the transport ended after a signal started the shutdown)
         waits for the first."""

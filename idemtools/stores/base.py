@@ -33,7 +33,20 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Claim", "Record", "Status", "Store", "ToolWrites", "TransactionalStore"]
+__all__ = [
+    "SCOPE_SHARE",
+    "Claim",
+    "Record",
+    "Status",
+    "Store",
+    "ToolWrites",
+    "TransactionalStore",
+]
+
+SCOPE_SHARE = 10
+"""By default one scope may hold a tenth of an embedded store (MemoryStore's records and
+bytes, SQLiteStore's bytes): a caller flooding unique keys is refused
+(`idempotency_quota_exceeded`) while nine tenths stay for the others."""
 
 
 class Status(str, enum.Enum):

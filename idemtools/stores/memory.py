@@ -49,7 +49,7 @@ from cachetools import Cache, TLRUCache
 
 from ..errors import QuotaExceededError, StoreFullError
 from ..outcome import TOMBSTONE_RESERVE, tombstone
-from .base import Claim, Record, Status
+from .base import SCOPE_SHARE, Claim, Record, Status
 
 log = logging.getLogger("idemtools")
 
@@ -61,9 +61,6 @@ def key_digest(key: str) -> str:
 
 __all__ = ["RECORD_OVERHEAD", "SCOPE_SHARE", "MemoryStore"]
 
-SCOPE_SHARE = 10
-"""By default one scope may hold a tenth of the store (records and bytes): a caller flooding
-unique keys is refused (`idempotency_quota_exceeded`) while nine tenths stay for the others."""
 
 RECORD_OVERHEAD = 320
 """Bytes counted per record besides its id, fingerprint, owner and outcome: the `_Entry`, the

@@ -653,8 +653,18 @@ class RedisStore:
                 return await self._call_once(op, key, claim)
         return await self._call_once(op, key, claim)
 
+    async def _read_policy_early(self, key: str) -> None:
+        # The first operation of any kind reads the policy, so the start-up check (a `get`)
+        # logs an evicting Redis, or one without maxmemory, when the server starts rather
+        # than at the first claim. Only claims are refused: a replay or `idemtools keys show`
+        # on an evicting Redis still reads what is there.
+        with contextlib.suppress(StoreUnavailableError):
+            await self._check_policy(key)
+
     async def _call_once(self, op: Callable[[bool], Awaitable[T]], key: str, claim: bool) -> T:
         try:
+            if not claim and not self._policy_known:
+                await self._read_policy_early(key)
             if claim:
                 if self._gate is not None and cluster.topology(self._client) is not self._topology:  # type: ignore[arg-type]
                     self._topology = cluster.topology(self._client)  # type: ignore[arg-type]

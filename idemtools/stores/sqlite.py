@@ -118,8 +118,7 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..outcome import TOMBSTONE_RESERVE, tombstone
-from .base import Claim, Record, Status
-from .memory import SCOPE_SHARE
+from .base import SCOPE_SHARE, Claim, Record, Status
 
 __all__ = ["RECORD_OVERHEAD", "SQLiteStore"]
 

@@ -30,8 +30,9 @@ SLOW_MS = "600"
 
 
 def idemtools_codes_in_reserved_range() -> bool:
-    """Whether idemtools' own error codes still lie in -32020..-32099, the sub-range the
-    2026-07-28 base spec reserves (they are moving out in a separate change)."""
+    """Whether idemtools' own error codes lie in -32020..-32099, the sub-range the 2026-07-28
+    base spec reserves. They moved out (issue 16); a caller who configures `ErrorCodes` back
+    into it fails the check, and so would the proofs, unless they allow it."""
     from idemtools.errors import ErrorCodes
 
     codes = ErrorCodes()
@@ -39,8 +40,8 @@ def idemtools_codes_in_reserved_range() -> bool:
     return any(type(v) is int and -32099 <= v <= -32020 for v in values)
 
 
-# What idemtools may fail, honestly, in either landing order of the error-code move: the base
-# spec's reserved-range check, and only while its codes are still in that range.
+# What idemtools may fail: nothing now its default codes lie outside the reserved range (this
+# stays computed, not hard-coded, so a regression of the defaults fails where it should).
 IDEMTOOLS_MAY_FAIL = (
     {"mcp-base-error-codes-reserved"} if idemtools_codes_in_reserved_range() else set()
 )

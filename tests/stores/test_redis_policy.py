@@ -215,6 +215,33 @@ async def test_redis_without_maxmemory_is_served_with_a_warning(
     assert len(warnings) == 1 and caplog.records[0].levelno == logging.WARNING
 
 
+async def test_the_start_up_check_reads_the_policy_before_any_claim(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 16, item 8: the missing-maxmemory WARNING (and an evicting policy's ERROR) come
+    when the server starts, from the start-up check's `get`, not at the first claim. The read
+    refuses nothing but claims: a replay on an evicting Redis still reads its record."""
+    caplog.set_level(logging.INFO, logger="idemtools")
+    with private_redis("--maxmemory-policy", "noeviction") as url:
+        store = RedisStore.from_url(url)
+        try:
+            assert await store.get("s", "startup-check") is None
+        finally:
+            await store.aclose()
+    assert [r for r in caplog.records if "no maxmemory" in r.getMessage()]
+    caplog.clear()
+    with private_redis(*SMALL, "--maxmemory-policy", "allkeys-lru") as url:
+        store = RedisStore.from_url(url)
+        try:
+            assert await store.get("s", "startup-check") is None  # read, not refused
+            errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+            assert any("allkeys-lru" in r.getMessage() for r in errors)
+            with pytest.raises(StoreUnavailableError):
+                await store.claim("s", "k", "f", "o", 5)
+        finally:
+            await store.aclose()
+
+
 async def test_redis_with_maxmemory_gives_no_such_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
