@@ -648,11 +648,16 @@ class Engine:
     async def _finish(self, ex: _Execution, outcome: Outcome, *, strict: bool = False) -> None:
         """Record (or release) the outcome. Failures are logged, unless `strict` re-raises."""
         key = ex.key
-        if ex.held is not None:
-            self.keeper.check(ex.held)  # the tool may have starved the keeper until now
+        held = ex.held
+        if held is not None:
+            # The tool may have starved the keeper until now. The keeper's own test, done here
+            # first: a call that ends within its lease (nearly all) costs no further calls.
+            now = time.monotonic()
+            if now - held.renewed_at > held.lease:
+                self.keeper.check(held, now)
             # From here a renewal may find the record completed: that is no lost claim (the
             # engine itself reports one if `complete` is refused).
-            ex.held.claimed = False
+            held.claimed = False
         try:
             if not outcome.final:
                 await self.telemetry.timed("release", self.store.release(ex.scope, key, ex.owner))
