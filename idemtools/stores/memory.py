@@ -223,7 +223,11 @@ class _ScopedCache(TLRUCache[bytes, _Entry]):
         counts it). Only the new item is counted here, if TLRUCache kept it (it skips an item
         whose expiry is already past; a stale item then stays, counted as before)."""
         TLRUCache.__setitem__(self, key, value)
-        if _contains(self, key) and _peek(self, key) is value:
+        try:
+            kept = _peek(self, key) is value
+        except KeyError:
+            kept = False
+        if kept:
             self._counts.add(sid, 1, _sizeof(value))
 
     def __setitem__(self, key: bytes, value: _Entry) -> None:
@@ -433,10 +437,16 @@ class MemoryStore:
             running, done = self._running, self._done
             # Raw sizes count expired items too, so they are upper bounds of the live ones: only
             # a store (or scope) near a bound pays for expiring both caches and looking again.
+            quota, share = self.max_records_per_scope, self.max_bytes_per_scope
             if (
                 len(running.entries) + _size(done) >= self.max_records
                 or running.bytes + _bytes(done) + entry.base + TOMBSTONE_RESERVE > self.max_bytes
-                or (self._scoped and self._scope_over(sid, entry.base))
+                # The scope's bounds, as upper bounds too (expired records still count).
+                or (quota is not None and self._per_scope.get(sid, 0) >= quota)
+                or (
+                    share is not None
+                    and self._scope_bytes.get(sid, 0) + entry.base + TOMBSTONE_RESERVE > share
+                )
             ):
                 self._expire(now)
                 self._refuse_if_bounded(rid, entry, key)
@@ -477,17 +487,6 @@ class MemoryStore:
                 f"memory store holds its maximum of {self.max_bytes} bytes of records",
                 key=key,
             )
-
-    def _scope_over(self, sid: bytes, base: int) -> bool:
-        """Whether a new claim of `base` bytes would take scope `sid` past a per-scope bound
-        (an upper bound: expired records still count until the caller expires them)."""
-        quota = self.max_records_per_scope
-        if quota is not None and self._per_scope.get(sid, 0) >= quota:
-            return True
-        share = self.max_bytes_per_scope
-        return share is not None and (
-            self._scope_bytes.get(sid, 0) + base + TOMBSTONE_RESERVE > share
-        )
 
     def _held(self, rid: bytes, owner: str, now: float) -> _Entry | None:
         entry = self._running.entries.get(rid)
@@ -536,9 +535,13 @@ class MemoryStore:
                 entry = _Entry(_pack(fingerprint, owner), now, len(rid))
             else:
                 return False
-            if self._no_room(sid, entry.base + len(outcome)):
+            size = entry.base + len(outcome)
+            share = self.max_bytes_per_scope
+            if running.bytes + _bytes(done) + size > self.max_bytes or (
+                share is not None and self._scope_bytes.get(sid, 0) + size > share
+            ):  # `_no_room`, inline on the hot path
                 self._expire(now)
-                if self._no_room(sid, entry.base + len(outcome)):
+                if self._no_room(sid, size):
                     outcome = self._not_kept(outcome, key)
             entry.outcome = outcome
             entry.expires = now + retention
