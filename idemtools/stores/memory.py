@@ -294,11 +294,16 @@ def _scope_prefix(scope: str) -> bytes:
 
 
 def _pack(fingerprint: str, owner: str) -> _Meta:
-    fp = _unhex(fingerprint, 32)
-    if fp is not None:
-        ow = _unhex(owner, 16)
-        if ow is not None:
-            return fp + ow
+    # `_unhex(fingerprint, 32) + _unhex(owner, 16)` in one pass (every claim packs): the
+    # round trip of the joined text holds exactly when it holds for both parts.
+    if len(fingerprint) == 64 and len(owner) == 32:
+        text = fingerprint + owner
+        try:
+            raw = bytes.fromhex(text)
+        except ValueError:
+            return (fingerprint, owner)
+        if raw.hex() == text:
+            return raw
     return (fingerprint, owner)
 
 
