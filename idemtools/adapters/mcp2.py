@@ -235,6 +235,12 @@ class IdempotencyMiddleware:
         self.issuer = issuer
         self.tool_metadata = tool_metadata
         self.lookup = lookup
+        # A framework may decide the call further in, after its own middleware (FastMCP);
+        # looked up once here, not per call.
+        self.decide: (
+            Callable[[Engine, ToolCall, Callable[[], Awaitable[Outcome]]], Awaitable[Outcome]]
+            | None
+        ) = getattr(lookup, "decide", None)
         self.passes_unknown = lookup.passes_unknown if lookup is not None else False
         """When True, a keyed call for a tool `find` does not know bypasses the engine."""
 
@@ -371,8 +377,7 @@ class IdempotencyMiddleware:
             context=_context(ctx, self.issuer, name, arguments),
             policy=policy,
         )
-        # A framework may decide the call further in, after its own middleware (FastMCP).
-        decide = getattr(self.lookup, "decide", None)
+        decide = self.decide
         if decide is not None:
             outcome = await decide(self.engine, call, run)
         else:

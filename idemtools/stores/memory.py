@@ -116,8 +116,8 @@ class _Scopes:
         self.records: dict[bytes, int] = {}
         self.bytes: dict[bytes, int] = {}
 
-    def add(self, rid: bytes, delta: int, size: int) -> None:
-        sid = _scope_of(rid)
+    def add(self, sid: bytes, delta: int, size: int) -> None:
+        """Count `delta` records and `size` bytes more for scope `sid` (`_scope_of(rid)`)."""
         n = self.records.get(sid, 0) + delta
         if n > 0:
             self.records[sid] = n
@@ -147,17 +147,21 @@ class _Claims:
         self.bytes = 0
         self.counts = counts
 
-    def add(self, rid: bytes, entry: _Entry, now: float) -> None:
+    def add(self, rid: bytes, entry: _Entry, now: float, sid: bytes | None = None) -> None:
+        """Add a claim; `sid` is `_scope_of(rid)` when the caller has it already."""
         heap = self.heap
         if heap and heap[0][0] <= now:
             self.expire(now)
         old = self.entries.get(rid)
+        counts = self.counts
+        if counts is not None:
+            sid = _scope_of(rid) if sid is None else sid
+            if old is not None:
+                counts.add(sid, 0, entry.base - old.base)
+            else:
+                counts.add(sid, 1, entry.base + TOMBSTONE_RESERVE)
         if old is not None:
             self.bytes -= old.base + TOMBSTONE_RESERVE
-            if self.counts is not None:
-                self.counts.add(rid, 0, entry.base - old.base)
-        elif self.counts is not None:
-            self.counts.add(rid, 1, entry.base + TOMBSTONE_RESERVE)
         self.entries[rid] = entry
         self.bytes += entry.base + TOMBSTONE_RESERVE
         self.moved(rid, entry)
@@ -170,12 +174,15 @@ class _Claims:
             heapq.heapify(heap)
         heapq.heappush(heap, (entry.expires, rid))
 
-    def remove(self, rid: bytes) -> None:
+    def remove(self, rid: bytes, sid: bytes | None = None) -> None:
+        """Remove a claim; `sid` is `_scope_of(rid)` when the caller has it already."""
         entry = self.entries.pop(rid, None)
         if entry is not None:
             self.bytes -= entry.base + TOMBSTONE_RESERVE
             if self.counts is not None:
-                self.counts.add(rid, -1, -(entry.base + TOMBSTONE_RESERVE))
+                self.counts.add(
+                    _scope_of(rid) if sid is None else sid, -1, -(entry.base + TOMBSTONE_RESERVE)
+                )
 
     def expire(self, now: float) -> None:
         heap, entries = self.heap, self.entries
@@ -203,8 +210,22 @@ class _ScopedCache(TLRUCache[bytes, _Entry]):
     def expire(self, time: float | None = None) -> list[tuple[bytes, _Entry]]:
         expired = list(super().expire(time))
         for rid, entry in expired:
-            self._counts.add(rid, -1, -_sizeof(entry))
+            self._counts.add(_scope_of(rid), -1, -_sizeof(entry))
         return expired
+
+    def put_fresh(self, key: bytes, value: _Entry, sid: bytes) -> None:
+        """`complete`'s write, cheaper than `__setitem__`: the caller saw no live item under
+        `key` at a time no later than this cache's clock reads now, so whatever item `key`
+        has is expired and TLRUCache's own write removes it first (through `expire`, which
+        counts it). Only the new item is counted here, if TLRUCache kept it (it skips an item
+        whose expiry is already past; a stale item then stays, counted as before)."""
+        TLRUCache.__setitem__(self, key, value)
+        try:
+            kept = _peek(self, key) is value
+        except KeyError:
+            kept = False
+        if kept:
+            self._counts.add(sid, 1, _sizeof(value))
 
     def __setitem__(self, key: bytes, value: _Entry) -> None:
         with self.timer as now:  # one frozen time for our expire and TLRUCache's own
@@ -214,9 +235,9 @@ class _ScopedCache(TLRUCache[bytes, _Entry]):
             super().__setitem__(key, value)
         has = _contains(self, key)  # TLRUCache drops an item re-set with an expiry past
         if had:
-            self._counts.add(key, -1, -old)
+            self._counts.add(_scope_of(key), -1, -old)
         if has:
-            self._counts.add(key, 1, _sizeof(value))
+            self._counts.add(_scope_of(key), 1, _sizeof(value))
 
     def __delitem__(self, key: bytes) -> None:
         had = _contains(self, key)
@@ -225,7 +246,7 @@ class _ScopedCache(TLRUCache[bytes, _Entry]):
             super().__delitem__(key)  # may delete, then raise KeyError for an expired item
         finally:
             if had and not _contains(self, key):
-                self._counts.add(key, -1, -old)
+                self._counts.add(_scope_of(key), -1, -old)
 
 
 # Reads go straight to the underlying mapping (Cache's own methods, as TLRUCache itself calls
@@ -270,11 +291,16 @@ def _scope_prefix(scope: str) -> bytes:
 
 
 def _pack(fingerprint: str, owner: str) -> _Meta:
-    fp = _unhex(fingerprint, 32)
-    if fp is not None:
-        ow = _unhex(owner, 16)
-        if ow is not None:
-            return fp + ow
+    # `_unhex(fingerprint, 32) + _unhex(owner, 16)` in one pass (every claim packs): the
+    # round trip of the joined text holds exactly when it holds for both parts.
+    if len(fingerprint) == 64 and len(owner) == 32:
+        text = fingerprint + owner
+        try:
+            raw = bytes.fromhex(text)
+        except ValueError:
+            return (fingerprint, owner)
+        if raw.hex() == text:
+            return raw
     return (fingerprint, owner)
 
 
@@ -402,7 +428,8 @@ class MemoryStore:
     async def claim(
         self, scope: str, key: str, fingerprint: str, owner: str, lease: float
     ) -> Claim:
-        rid = self._id(scope, key)
+        sid = _scope_prefix(scope)  # == _scope_of(rid), once per operation
+        rid = sid + key.encode("utf-8", "surrogatepass")  # == self._id(scope, key)
         with self._lock:
             now = self._clock()
             found = self._find(rid, now)
@@ -412,14 +439,20 @@ class MemoryStore:
             running, done = self._running, self._done
             # Raw sizes count expired items too, so they are upper bounds of the live ones: only
             # a store (or scope) near a bound pays for expiring both caches and looking again.
+            quota, share = self.max_records_per_scope, self.max_bytes_per_scope
             if (
                 len(running.entries) + _size(done) >= self.max_records
                 or running.bytes + _bytes(done) + entry.base + TOMBSTONE_RESERVE > self.max_bytes
-                or (self._scoped and self._scope_over(_scope_of(rid), entry.base))
+                # The scope's bounds, as upper bounds too (expired records still count).
+                or (quota is not None and self._per_scope.get(sid, 0) >= quota)
+                or (
+                    share is not None
+                    and self._scope_bytes.get(sid, 0) + entry.base + TOMBSTONE_RESERVE > share
+                )
             ):
                 self._expire(now)
                 self._refuse_if_bounded(rid, entry, key)
-            running.add(rid, entry, now)
+            running.add(rid, entry, now, sid)
             return _CLAIMED
 
     def _refuse_if_bounded(self, rid: bytes, entry: _Entry, key: str) -> None:
@@ -457,17 +490,6 @@ class MemoryStore:
                 key=key,
             )
 
-    def _scope_over(self, sid: bytes, base: int) -> bool:
-        """Whether a new claim of `base` bytes would take scope `sid` past a per-scope bound
-        (an upper bound: expired records still count until the caller expires them)."""
-        quota = self.max_records_per_scope
-        if quota is not None and self._per_scope.get(sid, 0) >= quota:
-            return True
-        share = self.max_bytes_per_scope
-        return share is not None and (
-            self._scope_bytes.get(sid, 0) + base + TOMBSTONE_RESERVE > share
-        )
-
     def _held(self, rid: bytes, owner: str, now: float) -> _Entry | None:
         entry = self._running.entries.get(rid)
         if entry is None or entry.expires <= now or _owner_of(entry.meta) != owner:
@@ -495,7 +517,8 @@ class MemoryStore:
         *,
         fingerprint: str | None = None,
     ) -> bool:
-        rid = self._id(scope, key)
+        sid = _scope_prefix(scope)  # == _scope_of(rid), once per operation
+        rid = sid + key.encode("utf-8", "surrogatepass")  # == self._id(scope, key)
         with self._lock:
             now = self._clock()
             done = self._done
@@ -507,29 +530,36 @@ class MemoryStore:
                 # Late completion: our own claim, live or not, as long as nobody re-claimed.
                 if _owner_of(claim.meta) != owner:
                     return False
-                running.remove(rid)  # frees its bytes, the tombstone's room included
+                running.remove(rid, sid)  # frees its bytes, the tombstone's room included
                 entry = claim
             elif fingerprint is not None:
                 # Our lease ran out and the expired claim is gone: nobody claimed since.
                 entry = _Entry(_pack(fingerprint, owner), now, len(rid))
             else:
                 return False
-            if self._no_room(rid, entry.base + len(outcome)):
+            size = entry.base + len(outcome)
+            share = self.max_bytes_per_scope
+            if running.bytes + _bytes(done) + size > self.max_bytes or (
+                share is not None and self._scope_bytes.get(sid, 0) + size > share
+            ):  # `_no_room`, inline on the hot path
                 self._expire(now)
-                if self._no_room(rid, entry.base + len(outcome)):
+                if self._no_room(sid, size):
                     outcome = self._not_kept(outcome, key)
             entry.outcome = outcome
             entry.expires = now + retention
-            self._done[rid] = entry
+            if isinstance(done, _ScopedCache):
+                done.put_fresh(rid, entry, sid)  # no live record under rid: checked above
+            else:
+                done[rid] = entry
             return True
 
-    def _no_room(self, rid: bytes, size: int) -> bool:
-        """Whether a completed record of `size` bytes fits neither the store's budget nor its
-        scope's (the claim's own bytes already freed)."""
+    def _no_room(self, sid: bytes, size: int) -> bool:
+        """Whether a completed record of `size` bytes fits neither the store's budget nor the
+        budget of its scope `sid` (the claim's own bytes already freed)."""
         if self._running.bytes + _bytes(self._done) + size > self.max_bytes:
             return True
         share = self.max_bytes_per_scope
-        return share is not None and self._scope_bytes.get(_scope_of(rid), 0) + size > share
+        return share is not None and self._scope_bytes.get(sid, 0) + size > share
 
     def _not_kept(self, outcome: bytes, key: str) -> bytes:
         """The tombstone recorded in place of an outcome that does not fit `max_bytes`.
