@@ -435,6 +435,29 @@ def _orphaned(cluster: LocalCluster, key: bytes) -> bool:
         client.close()
 
 
+def _primary_and_replica(cluster: LocalCluster, key: bytes) -> tuple[int, int]:
+    """The primary serving `key` and a live replica of it, as the primary's own view shows them.
+    After an earlier test's failover the gossip may still list the old topology for a moment:
+    wait (bounded) until the primary sees a replica that is not flagged failed."""
+    deadline = time.monotonic() + 30
+    cluster.wait_ok(deadline=deadline)
+    cluster.wait_replicas(deadline=deadline)
+    while True:
+        victim = cluster.primary_of(key)
+        nodes = redis.Redis(port=victim, socket_timeout=2).cluster("nodes")
+        victim_id = next(
+            n["node_id"] for a, n in nodes.items() if a.split("@")[0].endswith(f":{victim}")
+        )
+        replicas = [
+            int(a.split("@")[0].rsplit(":", 1)[1]) for a, n in nodes.items()
+            if n["master_id"] == victim_id and "fail" not in n["flags"]
+        ]  # fmt: skip
+        if replicas:
+            return victim, replicas[0]
+        assert time.monotonic() < deadline, f"primary {victim} shows no live replica"
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 async def test_without_wait_a_failover_can_lose_an_acknowledged_completion(
     redis_cluster: LocalCluster,
@@ -448,15 +471,9 @@ async def test_without_wait_a_failover_can_lose_an_acknowledged_completion(
     waiting = RedisStore.from_url(
         redis_cluster.url, prefix=prefix, wait_replicas=1, wait_timeout=0.3
     )
-    victim = redis_cluster.primary_of(plain.key_name("s", "lost"))
-    nodes = redis.Redis(port=victim, socket_timeout=2).cluster("nodes")
-    victim_id = next(
-        n["node_id"] for a, n in nodes.items() if a.split("@")[0].endswith(f":{victim}")
+    victim, replica_port = await anyio.to_thread.run_sync(
+        lambda: _primary_and_replica(redis_cluster, plain.key_name("s", "lost"))
     )
-    replica_port = next(
-        int(a.split("@")[0].rsplit(":", 1)[1]) for a, n in nodes.items()
-        if n["master_id"] == victim_id and "fail" not in n["flags"]
-    )  # fmt: skip
     primary = redis.Redis(port=victim, socket_timeout=2)
     replica = redis.Redis(port=replica_port, socket_timeout=2)
     try:
