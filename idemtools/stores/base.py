@@ -39,6 +39,7 @@ __all__ = [
     "Record",
     "Status",
     "Store",
+    "StoreInfo",
     "ToolWrites",
     "TransactionalStore",
 ]
@@ -75,6 +76,32 @@ class Claim:
 
     claimed: bool
     existing: Record | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    """What a store says about itself, for logs, generated docs and start-up checks.
+
+    One value instead of attributes found by `getattr`, so a fifth store documents itself
+    without an edit to the docs generator, and a misspelt bound cannot pass unnoticed.
+    """
+
+    kind: str
+    """Short name: "memory", "sqlite", "redis", "postgres" (a custom store picks its own)."""
+    label: str
+    """What holds the records, for a reader: "in-process memory", "PostgreSQL"."""
+    description: str
+    """Where, for logs: the kind and its location with credentials redacted."""
+    restarts: str
+    """What a server restart does to the records."""
+    instances: str
+    """Which server instances share the records."""
+    bound: str | None = None
+    """The store's limit when it is not a count or a size idemtools enforces
+    ("Redis `maxmemory` (with `maxmemory-policy noeviction`)", "the database's disk")."""
+    max_records: int | None = None
+    max_bytes: int | None = None
+    max_records_per_scope: int | None = None
 
 
 @runtime_checkable
