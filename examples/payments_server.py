@@ -32,7 +32,7 @@ from idemtools.stores import from_url
 try:  # mcp 2.x
     from mcp.server.mcpserver import MCPServer as Server
 except ImportError:  # mcp 1.x
-    from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,assignment]
+    from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,assignment,attr-defined,unused-ignore]
 
 
 class CallerToken(AccessToken):
@@ -126,10 +126,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     print(f"payments server on http://127.0.0.1:{args.http}/mcp", file=sys.stderr)
     if hasattr(server, "_mcp_server"):  # mcp 1.x FastMCP: transport options live in settings
-        server.settings.host = "127.0.0.1"
-        server.settings.port = args.http
-        server.settings.stateless_http = args.stateless
-        server.settings.json_response = args.stateless
+        settings: Any = server.settings
+        settings.host = "127.0.0.1"
+        settings.port = args.http
+        settings.stateless_http = args.stateless
+        settings.json_response = args.stateless
         server.run(transport="streamable-http")
     else:
         server.run(  # type: ignore[call-overload]

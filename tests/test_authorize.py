@@ -127,7 +127,7 @@ async def test_the_check_runs_before_every_replay_and_execution() -> None:
         tool="balance",
     )
     engine = Engine(MemoryStore(), registry=Registry())
-    policy = Policy.of(authorize=check)
+    policy = Policy.of(authorize=check)  # type: ignore[arg-type]
     tool = Tool()
     for _ in range(3):
         await engine.handle(keyed(context, policy), tool)
@@ -200,7 +200,8 @@ async def test_a_check_that_returns_false_refuses(answer: bool | None) -> None:
     for fn in (check, acheck):
         engine = Engine(MemoryStore(), registry=Registry())
         tool = Tool()
-        outcome = await engine.handle(keyed(ctx(), Policy.of(authorize=fn)), tool)
+        # A wrong answer type on purpose: what a careless hook returns at run time.
+        outcome = await engine.handle(keyed(ctx(), Policy.of(authorize=fn)), tool)  # type: ignore[arg-type]
         if answer is False:
             assert outcome.error is not None
             assert outcome.error["data"]["type"] == "idempotency_unauthorized"
@@ -243,11 +244,12 @@ async def test_any_answer_but_true_or_none_refuses_and_names_the_check(
     tool = Tool()
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
+    handler.emit = records.append  # type: ignore[method-assign,assignment]
     logger = logging.getLogger("idemtools")
     logger.addHandler(handler)
     try:
-        outcome = await engine.handle(keyed(ctx(), Policy.of(authorize=fn)), tool)
+        # A wrong answer type on purpose: what a careless hook returns at run time.
+        outcome = await engine.handle(keyed(ctx(), Policy.of(authorize=fn)), tool)  # type: ignore[arg-type]
     finally:
         logger.removeHandler(handler)
     assert outcome.error is not None
@@ -267,7 +269,7 @@ async def test_falsy_answers_refuse_replays_too(answer: object) -> None:
 
     engine = Engine(MemoryStore(), registry=Registry())
     tool = Tool()
-    policy = Policy.of(authorize=check)
+    policy = Policy.of(authorize=check)  # type: ignore[arg-type]
     first = await engine.handle(keyed(ctx(), policy), tool)
     assert first.result is not None and tool.calls == 1
     allow = False

@@ -117,7 +117,9 @@ keys = st.one_of(
 )
 
 
-def json_values(scalars: st.SearchStrategy[Any], key_strategy: st.SearchStrategy[str] = keys):
+def json_values(
+    scalars: st.SearchStrategy[Any], key_strategy: st.SearchStrategy[str] = keys
+) -> st.SearchStrategy[Any]:
     return st.recursive(
         scalars,
         lambda children: st.one_of(

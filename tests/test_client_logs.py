@@ -57,7 +57,7 @@ async def test_no_engine_log_line_carries_a_raw_key(caplog: pytest.LogCaptureFix
             (KEY * 20, {"a": 1}, local, Policy.of()),  # key too long
         ]:
             await engine.handle(ToolCall("t", args, key, context, policy), run)
-        await Engine(BrokenStore(), registry=Registry()).handle(
+        await Engine(BrokenStore(), registry=Registry()).handle(  # type: ignore[arg-type]
             ToolCall("t", {}, KEY, local, Policy.of()), run
         )
     assert caplog.records  # something was logged

@@ -151,7 +151,7 @@ def test_local_user_names_this_process_user() -> None:
 def test_distinct_identities_never_share_a_scope(
     a: tuple[str | None, str | None, str | None], b: tuple[str | None, str | None, str | None]
 ) -> None:
-    def identity(t: tuple[str | None, str | None, str | None]) -> tuple[str, str, str] | None:
+    def identity(t: tuple[str | None, str | None, str | None]) -> tuple[str, str] | None:
         issuer, subject, _client = t
         return (str(issuer), subject) if subject else None
 

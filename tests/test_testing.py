@@ -19,7 +19,7 @@ import pytest
 import idemtools
 from idemtools.testing import NotProtectedError, Protection, assert_protected, connect
 
-from .e2e.harness import _Server, lowlevel_of, make_app
+from .e2e.harness import _Server, lowlevel_of, make_app  # type: ignore[attr-defined]
 
 ROOT = Path(__file__).resolve().parents[1]
 

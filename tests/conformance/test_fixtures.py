@@ -9,6 +9,7 @@ import pytest
 
 import idemtools
 from idemtools import InstallError
+from idemtools.adapters import SDK2
 from idemtools.conformance import FIXTURE_TOOLS, add_fixture_tools
 from idemtools.conformance.contract import (
     SCHEMAS,
@@ -18,7 +19,12 @@ from idemtools.conformance.contract import (
     throw_count,
 )
 
-from ..e2e.harness import LINE, memory_wire, types
+from ..e2e.harness import LINE, memory_wire
+
+if SDK2:
+    import mcp_types as types
+else:
+    from mcp import types
 
 
 class _App:
@@ -27,7 +33,7 @@ class _App:
 
 
 def _high_level() -> Any:
-    if LINE == 2:
+    if SDK2:
         from mcp.server.mcpserver import MCPServer
 
         server: Any = MCPServer("fixtures")
@@ -48,7 +54,7 @@ def _low_level() -> Any:
     from mcp.server.lowlevel import Server
 
     schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
-    if LINE == 2:
+    if SDK2:
 
         async def list_tools(ctx: Any, params: Any) -> Any:
             return types.ListToolsResult(tools=[types.Tool(name="theirs", input_schema=schema)])
