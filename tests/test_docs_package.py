@@ -125,3 +125,58 @@ def test_describe_reads_the_store_only_through_store_text(
     assert "- **Several instances**: One per planet." in page
     assert "- **Bound**: the vault's doors. At the bound" in page
     assert "at most 3 live records per scope" in page
+
+
+# -- issue 18 item 4: a low-level server's page lists what its tools/list returns ---------------
+
+
+def _lowlevel_with_add() -> Any:
+    """A low-level server of the installed SDK line whose `tools/list` answers one tool, `add`."""
+    import importlib.util
+
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    if importlib.util.find_spec("mcp_types") is not None:  # mcp 2.x
+        import mcp_types as types
+        from mcp.server.lowlevel import Server
+
+        async def list_tools(ctx: Any, params: Any) -> Any:
+            return types.ListToolsResult(tools=[types.Tool(name="add", input_schema=schema)])
+
+        return Server("low-docs", on_list_tools=list_tools)
+    from mcp import types as types1
+    from mcp.server.lowlevel import Server as Server1
+
+    server: Any = Server1("low-docs")
+
+    @server.list_tools()  # type: ignore[misc,no-untyped-call]
+    async def list_tools1() -> list[Any]:
+        return [types1.Tool(name="add", inputSchema=schema)]
+
+    return server
+
+
+def test_a_lowlevel_servers_page_lists_only_the_tools_it_lists(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before (mcp 2.x): every @idempotent name in the process-wide registry was a row, here
+    # `unrelated_elsewhere`, a function of some other module this server never serves.
+    from idemtools import default_registry, idempotent
+
+    monkeypatch.setattr(default_registry, "_policies", dict(default_registry._policies))
+    monkeypatch.setattr(default_registry, "_entries", dict(default_registry._entries))
+
+    @idempotent(retention=300)
+    def unrelated_elsewhere() -> None:
+        return None
+
+    @idempotent(name="add", retention=90)
+    def add_handler(x: int) -> int:
+        return x
+
+    server = _lowlevel_with_add()
+    install(server, store=MemoryStore())
+    doc = anyio.run(describe, server)
+    assert [t.name for t in doc.tools] == ["add"]
+    (add,) = doc.tools
+    assert add.policy == "own" and add.retention_seconds == 90.0  # found by its name
+    assert add.example_arguments == {"x": 1}  # the schema its tools/list gives
