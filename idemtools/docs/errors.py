@@ -1,6 +1,6 @@
 """Why a server could not be documented: one exception family, one line of message each.
 
-The CLI prints these as `error: ...` with exit code 1, the mkdocs plugin turns them into a
+The CLI prints these as `idemtools: error: ...` with exit code 1, the mkdocs plugin raises a
 `PluginError`; anything else escaping the generator is a bug in it, not in the server.
 """
 
