@@ -533,21 +533,17 @@ async def _listed_tools(
     process, which documented tools this server does not serve. The handler gets a context
     with no session (there is no client); one that needs it fails here, loudly.
     """
-    from dataclasses import fields
-
     from mcp.server.context import ServerRequestContext
 
     entry = lowlevel.get_request_handler("tools/list")
     if entry is None:
         return []
-    known = {f.name for f in fields(ServerRequestContext)}
-    offered: dict[str, Any] = {
-        "session": None,
-        "lifespan_context": {},
-        "protocol_version": types.LATEST_PROTOCOL_VERSION,
-        "method": "tools/list",
-    }
-    ctx = ServerRequestContext(**{k: v for k, v in offered.items() if k in known})
+    ctx: Any = ServerRequestContext(
+        session=None,  # type: ignore[arg-type]
+        lifespan_context={},
+        protocol_version=types.LATEST_PROTOCOL_VERSION,
+        method="tools/list",
+    )
     listed: list[tuple[str, Policy | None, dict[str, Any] | None]] = []
     cursor: str | None = None
     for _ in range(_LIST_PAGE_CAP):
