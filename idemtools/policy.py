@@ -247,6 +247,18 @@ class Registry:
     def get(self, name: str) -> Policy | None:
         return self._policies.get(name)
 
+    def declared(self, name: str) -> Policy | None:
+        """`name`'s policy if it was declared for that name (`name=`, an explicit `registry=`,
+        `register`), not merely recorded under a bare function's own name.
+
+        For servers that hold the tool's function: their policy is on it, and a bare function
+        elsewhere in the process that happens to share the tool's name is no declaration.
+        """
+        entry = self._entries.get(name)
+        if entry is None or not entry.explicit or self._policies.get(name) is not entry.policy:
+            return None
+        return entry.policy
+
     def __contains__(self, name: object) -> bool:
         return name in self._policies
 

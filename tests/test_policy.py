@@ -671,3 +671,22 @@ def test_a_bare_function_does_not_displace_a_declared_name() -> None:
     assert held is not None and held.retention == 60.0
     own = policy_of(bare)
     assert own is not None and own.retention == 7200.0
+
+
+def test_declared_tells_a_declared_name_from_a_bare_functions_fallback() -> None:
+    registry = Registry()
+    registry.register("registered", Policy.of(retention=10))
+    idempotent(name="named", retention=20, registry=registry)(_refund_v1)
+    assert [registry.declared(n) is not None for n in ("registered", "named")] == [True, True]
+
+    def make() -> Callable[..., Any]:
+        @idempotent(retention=30)
+        def bare_only_here_xyz() -> None:
+            return None
+
+        return bare_only_here_xyz
+
+    make()
+    assert default_registry.get("bare_only_here_xyz") is not None  # the low-level fallback
+    assert default_registry.declared("bare_only_here_xyz") is None  # not a declaration
+    assert registry.declared("absent") is None
