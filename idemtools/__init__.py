@@ -30,7 +30,15 @@ from .errors import (
 )
 from .installation import Installation, ToolPolicy, install, installation_of
 from .outcome import Outcome
-from .policy import DEFAULT_POLICY, Policy, Registry, default_registry, idempotent, policy_of
+from .policy import (
+    DEFAULT_POLICY,
+    Policy,
+    PolicyConflictError,
+    Registry,
+    default_registry,
+    idempotent,
+    policy_of,
+)
 from .scopes import (
     AuthInfo,
     CallContext,
@@ -67,6 +75,7 @@ __all__ = [
     "OutcomeNotKeptError",
     "OutcomeTooLargeError",
     "Policy",
+    "PolicyConflictError",
     "QuotaExceededError",
     "RecordCorruptError",
     "RefusedError",

@@ -2,9 +2,16 @@
 
 `@idempotent` changes nothing about the function: it returns the very same object, so its
 signature, sync/async nature and the input schema an SDK builds from it are untouched, in
-whichever order it is stacked with `@server.tool()`. It records a `Policy` in a registry (by
-tool name) and on the function itself (`__idemtools_policy__`), so an adapter can find the
-policy either by the name the SDK registered or by the function it holds.
+whichever order it is stacked with `@server.tool()`. It records a `Policy` on the function itself
+(`__idemtools_policy__`), which is where the adapters of FastMCP and MCPServer find it (they hold
+the tool's function), and in a registry by tool name, which is all a low-level `Server` has: its
+tools are its handler's code, so only a name connects a call to a policy.
+
+A name in that registry belongs to one function. Decorating a second function under a name
+already registered with a different policy raises `PolicyConflictError`, naming both, when the
+name is the registry's to resolve: given as `name=`, or in an explicit `registry=`. A bare
+`@idempotent` in the process-wide registry keys its entry by the function's own name only as a
+fallback; two servers with a same-named tool each find their own policy on the function.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "TOOL_META_KEY",
     "Policy",
+    "PolicyConflictError",
     "Registry",
     "authorize_call",
     "default_registry",
@@ -185,19 +193,71 @@ def _checked_authorize(check: AuthorizeFn | None) -> AuthorizeFn | None:
     return check
 
 
+class PolicyConflictError(ValueError):
+    """Two different functions declared different policies under one tool name.
+
+    Raised when the second is decorated (at import), not when a call finds the wrong one: a
+    name-keyed registry where the last declaration silently wins lets two servers in one process
+    swap each other's retention and scope. The message names both functions (`module:qualname`).
+    Re-decorating the same function (a re-import, a reload) or declaring an equal policy is fine.
+    """
+
+
+@dataclass(frozen=True)
+class _Entry:
+    policy: Policy
+    origin: str | None
+    """`module:qualname` of the decorated function; None: registered by `Registry.register`."""
+    explicit: bool
+    """The name is the registry's to resolve (`name=` or an explicit `registry=`), not just
+    the function's own name recorded as a fallback in the process-wide registry."""
+
+
 class Registry:
-    """Tool name → policy. Thread-safe; later registrations of a name replace earlier ones."""
+    """Tool name → policy, for servers that can only find a tool's policy by its name. Thread-safe.
+
+    `register` replaces what a name held. `@idempotent` checks first: a different function
+    under a name already registered with a different policy raises `PolicyConflictError`.
+    """
 
     def __init__(self) -> None:
         self._policies: dict[str, Policy] = {}
+        self._entries: dict[str, _Entry] = {}
         self._lock = threading.Lock()
 
     def register(self, name: str, policy: Policy) -> None:
+        """Set `name`'s policy, replacing any earlier one (a deliberate, programmatic choice)."""
+        self._put(name, policy.with_name(name), origin=None, explicit=True)
+
+    def _declare(self, name: str, policy: Policy, *, origin: str, explicit: bool) -> None:
+        """What `@idempotent` registers: refuses a second function with a different policy."""
+        self._put(name, policy, origin=origin, explicit=explicit)
+
+    def _put(self, name: str, policy: Policy, *, origin: str | None, explicit: bool) -> None:
         with self._lock:
-            self._policies[name] = policy.with_name(name)
+            held = self._entries.get(name)
+            if held is not None and origin is not None and held.origin != origin:
+                if held.explicit and not explicit:
+                    return  # a bare function's fallback entry never displaces a declared name
+                if held.explicit and held.origin is not None and not _same(held.policy, policy):
+                    raise PolicyConflictError(_conflict(name, held.origin, origin))
+            self._entries[name] = _Entry(policy, origin, explicit)
+            self._policies[name] = policy
 
     def get(self, name: str) -> Policy | None:
         return self._policies.get(name)
+
+    def declared(self, name: str) -> Policy | None:
+        """`name`'s policy if it was declared for that name (`name=`, an explicit `registry=`,
+        `register`), not merely recorded under a bare function's own name.
+
+        For servers that hold the tool's function: their policy is on it, and a bare function
+        elsewhere in the process that happens to share the tool's name is no declaration.
+        """
+        entry = self._entries.get(name)
+        if entry is None or not entry.explicit or self._policies.get(name) is not entry.policy:
+            return None
+        return entry.policy
 
     def __contains__(self, name: object) -> bool:
         return name in self._policies
@@ -210,6 +270,29 @@ class Registry:
 
     def items(self) -> list[tuple[str, Policy]]:
         return sorted(self._policies.items())
+
+
+def _same(first: Policy, second: Policy) -> bool:
+    # `authorize` is left out of Policy equality; two checks are not the same policy here.
+    return first == second and first.authorize is second.authorize
+
+
+def _conflict(name: str, first: str | None, second: str) -> str:
+    return (
+        f"@idempotent: tool name {name!r} is already registered by {first} with a different "
+        f"policy; {second} declares another. A name-keyed registry serves one policy per "
+        "name: give one of them another name=, the same policy, or its own "
+        "registry=Registry() per server"
+    )
+
+
+def _origin(func: object) -> str:
+    """`module:qualname`: the same for a function re-created by a re-import or reload."""
+    qualname = getattr(func, "__qualname__", None)
+    module = getattr(func, "__module__", None)
+    if isinstance(qualname, str) and isinstance(module, str):
+        return f"{module}:{qualname}"
+    return f"{type(func).__module__}:{type(func).__qualname__} object at {id(func):#x}"
 
 
 default_registry = Registry()
@@ -289,8 +372,14 @@ def idempotent(
         if not tool_name:
             raise TypeError("@idempotent needs name= for a callable without __name__")
         named = policy.with_name(tool_name)
+        # Checked before the function is touched: a refused declaration changes nothing.
+        target._declare(
+            tool_name,
+            named,
+            origin=_origin(func),
+            explicit=name is not None or registry is not None,
+        )
         setattr(func, _ATTR, named)
-        target.register(tool_name, named)
         return func
 
     if fn is not None:

@@ -20,6 +20,7 @@ from idemtools import (
     DEFAULT_POLICY,
     CallContext,
     Policy,
+    PolicyConflictError,
     Registry,
     Scope,
     by_auth_subject,
@@ -33,10 +34,12 @@ from idemtools import (
 @pytest.fixture(autouse=True)
 def _restore_default_registry() -> Iterator[None]:
     """Bare `@idempotent` registers in the process-wide registry; leave it as we found it."""
-    saved = dict(default_registry._policies)
+    saved = dict(default_registry._policies), dict(default_registry._entries)
     yield
     default_registry._policies.clear()
-    default_registry._policies.update(saved)
+    default_registry._policies.update(saved[0])
+    default_registry._entries.clear()
+    default_registry._entries.update(saved[1])
 
 
 # --------------------------------------------------------------------------------------------
@@ -501,3 +504,189 @@ def test_max_runtime_has_a_documented_default() -> None:
 
     assert DEFAULT_POLICY.max_runtime == DEFAULT_MAX_RUNTIME == 3600.0
     assert Policy.of().max_runtime == DEFAULT_MAX_RUNTIME
+
+
+# -- issue 18 item 4: one name, one function, in a name-keyed registry --------------------------
+
+
+def _refund_v1(amount: int) -> str:
+    return f"refunded {amount}"
+
+
+def _refund_v2(amount: int) -> str:
+    return f"refunded {amount} (v2)"
+
+
+def _named(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
+def test_a_second_function_under_a_declared_name_with_another_policy_is_refused() -> None:
+    # Before: the second declaration silently replaced the first, so a low-level server that
+    # resolves "payments.refund" by name got the 120 s policy the other module declared.
+    idempotent(name="payments.refund", retention=60)(_refund_v1)
+    with pytest.raises(PolicyConflictError) as refused:
+        idempotent(name="payments.refund", retention=120)(_refund_v2)
+    message = str(refused.value)
+    assert _named(_refund_v1) in message and _named(_refund_v2) in message
+    assert "'payments.refund'" in message
+    assert isinstance(refused.value, ValueError)  # a declaration error, like a bad option
+    # A refused declaration changes nothing: the first policy stands, the second function has none.
+    held = default_registry.get("payments.refund")
+    assert held is not None and held.retention == 60.0
+    assert policy_of(_refund_v2) is None
+
+
+def test_two_functions_of_one_name_in_an_explicit_registry_are_refused() -> None:
+    registry = Registry()
+
+    def first() -> Callable[..., Any]:
+        @idempotent(retention=60, registry=registry)
+        def charge() -> None:
+            return None
+
+        return charge
+
+    def second() -> Callable[..., Any]:
+        @idempotent(scope=shared, registry=registry)
+        def charge() -> None:
+            return None
+
+        return charge
+
+    one = first()
+    with pytest.raises(PolicyConflictError) as refused:
+        second()
+    assert "first.<locals>.charge" in str(refused.value)
+    assert "second.<locals>.charge" in str(refused.value)
+    assert registry.get("charge") == policy_of(one)
+
+
+def test_an_equal_policy_under_one_name_is_not_a_conflict() -> None:
+    registry = Registry()
+    idempotent(name="refund", retention=60, registry=registry)(_refund_v1)
+    idempotent(name="refund", retention=timedelta(seconds=60), registry=registry)(_refund_v2)
+    assert policy_of(_refund_v1) == policy_of(_refund_v2) == registry.get("refund")
+
+
+def test_another_authorize_check_is_another_policy() -> None:
+    # Policy equality leaves `authorize` out; a swapped check would be a swapped permission.
+    registry = Registry()
+    idempotent(name="refund", authorize=lambda ctx: True, registry=registry)(_refund_v1)
+    with pytest.raises(PolicyConflictError):
+        idempotent(name="refund", authorize=lambda ctx: False, registry=registry)(_refund_v2)
+
+
+def test_the_same_function_redecorated_by_a_factory_call_is_not_a_conflict() -> None:
+    registry = Registry()
+
+    def make(retention: int) -> Callable[..., Any]:
+        @idempotent(name="made", retention=retention, registry=registry)
+        def tool() -> None:
+            return None
+
+        return tool
+
+    make(60)
+    latest = make(120)  # a fixture or a server factory run twice: the same module:qualname
+    assert registry.get("made") == policy_of(latest)
+
+
+def test_reloading_a_module_with_a_changed_policy_is_not_a_conflict(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+    import sys
+
+    source = tmp_path / "reloaded_tools.py"
+    template = (
+        "from idemtools import idempotent\n\n"
+        "@idempotent(name='reloaded.tool', retention={retention})\n"
+        "def tool() -> None:\n"
+        "    return None\n"
+    )
+    source.write_text(template.format(retention=60), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "reloaded_tools", raising=False)
+    module = importlib.import_module("reloaded_tools")
+    source.write_text(template.format(retention=7200), encoding="utf-8")
+    importlib.invalidate_caches()
+    try:
+        module = importlib.reload(module)  # e.g. `mkdocs serve` rebuilding after an edit
+        held = default_registry.get("reloaded.tool")
+        assert held is not None and held.retention == 7200.0
+        assert policy_of(module.tool) == held
+    finally:
+        sys.modules.pop("reloaded_tools", None)
+
+
+def test_bare_same_named_tools_of_two_servers_each_keep_their_own_policy() -> None:
+    # High-level servers find the policy on the function: two servers in one process with a
+    # tool of the same name do not share or swap policies, and declaring them raises nothing.
+    import anyio
+
+    from idemtools import install
+
+    def server_with_charge(retention: int) -> Any:
+        server = _server()
+
+        @server.tool()
+        @idempotent(retention=retention)
+        def charge(amount: int) -> str:
+            return str(amount)
+
+        install(server)
+        return server
+
+    first, second = server_with_charge(60), server_with_charge(7200)
+
+    async def retention_of(server: Any) -> float:
+        from idemtools.installation import installation_of
+
+        installation = installation_of(server)
+        assert installation is not None
+        tools = {t.name: t for t in await installation.tools()}
+        assert tools["charge"].own
+        return tools["charge"].policy.retention
+
+    assert anyio.run(retention_of, first) == 60.0
+    assert anyio.run(retention_of, second) == 7200.0
+
+
+def test_a_bare_function_does_not_displace_a_declared_name() -> None:
+    # A low-level server's `@idempotent(name="charge")` keeps its entry when a high-level
+    # module elsewhere decorates a bare `def charge` with another policy.
+    registry_name = "charge_declared_here"
+    idempotent(name=registry_name, retention=60)(_refund_v1)
+
+    def make() -> Callable[..., Any]:
+        @idempotent(retention=7200)
+        def charge_declared_here() -> None:
+            return None
+
+        return charge_declared_here
+
+    bare = make()
+    held = default_registry.get(registry_name)
+    assert held is not None and held.retention == 60.0
+    own = policy_of(bare)
+    assert own is not None and own.retention == 7200.0
+
+
+def test_declared_tells_a_declared_name_from_a_bare_functions_fallback() -> None:
+    registry = Registry()
+    registry.register("registered", Policy.of(retention=10))
+    idempotent(name="named", retention=20, registry=registry)(_refund_v1)
+    assert [registry.declared(n) is not None for n in ("registered", "named")] == [True, True]
+
+    def make() -> Callable[..., Any]:
+        @idempotent(retention=30)
+        def bare_only_here_xyz() -> None:
+            return None
+
+        return bare_only_here_xyz
+
+    make()
+    assert default_registry.get("bare_only_here_xyz") is not None  # the low-level fallback
+    assert default_registry.declared("bare_only_here_xyz") is None  # not a declaration
+    assert registry.declared("absent") is None

@@ -510,8 +510,8 @@ def adapt(
     lowlevel.get_capabilities = get_capabilities
 
     async def sdk_list_tools() -> list[tuple[str, Policy | None, dict[str, Any] | None]]:
-        if tool_manager is None:  # the low-level server's tools are its handler's secret
-            return [(name, None, None) for name in engine.registry]
+        if tool_manager is None:  # the low-level server: what its own tools/list answers
+            return await _listed_tools(lowlevel)
         return [(t.name, policy_of(t.fn), t.parameters) for t in tool_manager.list_tools()]
 
     if kind is None:
@@ -522,6 +522,37 @@ def adapt(
     installation.hook_lifespan(lowlevel)  # the store is checked once, when the server starts
     installation.hook_transports(server, lowlevel)  # their end waits for the calls in flight
     return installation
+
+
+async def _listed_tools(
+    lowlevel: Any,
+) -> list[tuple[str, Policy | None, dict[str, Any] | None]]:
+    """A low-level server's tools as its `tools/list` handler answers, asked outside a request.
+
+    Not the name-keyed registry: that holds every `@idempotent` name imported anywhere in the
+    process, which documented tools this server does not serve. The handler gets a context
+    with no session (there is no client); one that needs it fails here, loudly.
+    """
+    from mcp.server.context import ServerRequestContext
+
+    entry = lowlevel.get_request_handler("tools/list")
+    if entry is None:
+        return []
+    ctx: Any = ServerRequestContext(
+        session=None,  # type: ignore[arg-type]
+        lifespan_context={},
+        protocol_version=types.LATEST_PROTOCOL_VERSION,
+        method="tools/list",
+    )
+    listed: list[tuple[str, Policy | None, dict[str, Any] | None]] = []
+    cursor: str | None = None
+    for _ in range(_LIST_PAGE_CAP):
+        page = await entry.handler(ctx, types.PaginatedRequestParams(cursor=cursor))
+        listed += [(tool.name, None, dict(tool.input_schema)) for tool in page.tools]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return listed
 
 
 # -- client side -------------------------------------------------------------------------------
