@@ -9,6 +9,7 @@ renewals, completions, releases, reads and time passing, with bounds on and off.
 from __future__ import annotations
 
 import random
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
@@ -122,6 +123,7 @@ def differ(
         max_records_per_scope=quota,
         max_bytes_per_scope=None,
     )
+    calls: list[Coroutine[Any, Any, Any]]
     claimed: list[tuple[str, str, str, str]] = []  # (owner, fingerprint, scope, key)
     trace: list[str] = []
     for op, s, k, n, seconds in ops:
