@@ -18,7 +18,8 @@ Why it is built this way:
 * **Schema on request only**: `await store.create_schema()` or `schema_sql()` in your
   migrations. Importing or constructing the store never touches the database.
 * **Bounded cleanup.** Rows are not deleted the moment they expire (a claim simply reuses an
-  expired row), so `purge_expired(limit=...)` deletes at most `limit` expired rows per call,
+  expired row), so `purge_expired(limit=...)` deletes at most `limit` expired rows per call
+  (`purge_expired()`: all of them, a thousand per statement),
   using the `expires_at` index and `SKIP LOCKED` so concurrent purgers never wait on each other.
   Call it periodically (cron, a background task), and/or let the store do it opportunistically:
   every `purge_every`-th successful claim of a store instance is followed by one bounded purge of

@@ -56,7 +56,7 @@ A record whose `expires` has passed is dead: every operation ignores it and a cl
 Dead rows are deleted lazily and in bounded amounts: each claim that creates a record first
 deletes at most `cleanup_batch` expired rows (oldest first), so no single call does unbounded
 work. `purge_expired()` deletes all of them (in batches of `cleanup_batch`, each its own short
-transaction), for a periodic maintenance task.
+transaction; `limit=` bounds how many), for a periodic maintenance task.
 
 Capacity
 --------
