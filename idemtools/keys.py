@@ -24,7 +24,7 @@ from typing import Any
 from .engine import _scope_digest, claimed_at, key_digest
 from .outcome import Outcome
 from .scopes import _local_identity
-from .stores.base import Record, Status, Store
+from .stores.base import ForgettingStore, Record, Status, Store
 
 __all__ = ["KeysError", "ReleaseResult", "describe", "release", "scope_hash"]
 
@@ -131,10 +131,9 @@ async def release(
                 f"key_digest={digest} is completed: its outcome is replayed to retries. "
                 "Releasing it makes the next retry run the tool again; pass --force to do so"
             )
-        forget = getattr(store, "forget", None)
-        if forget is None:
+        if not isinstance(store, ForgettingStore):
             raise KeysError(f"the {store.kind} store cannot delete a completed record")
-        done = bool(await forget(scope, key, record.owner))
+        done = bool(await store.forget(scope, key, record.owner))
     else:
         done = bool(await store.release(scope, key, record.owner))
     if done:

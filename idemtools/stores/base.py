@@ -24,6 +24,19 @@ engine always passes `fingerprint` to `complete`, so a store whose expired claim
 
 Stores raise only `StoreUnavailableError` (wrapping the driver's error) and `StoreFullError`;
 they never drop a live record to make room.
+
+Beside the operations a store describes itself and says how the lease keeper reaches it:
+
+    info              a `StoreInfo`: kind, where (for logs), the words the generated docs use,
+                      the bounds it was configured with
+    for_lease_keeper  the store the lease keeper's own thread renews through (itself, a clone
+                      with a connection of its own, or None: renew on the server's loop)
+
+They are declared on `FullStore`, not on `Store`: `isinstance(x, Store)` checks every member of
+a runtime-checkable protocol, and a store written against the operations alone must stay a
+`Store`. Read them through `store_info(store)` and `lease_keeper_store(store)`, which give for
+such a store what it would have said. `reference.ReferenceStore` is the executable version of
+this docstring (the conformance suite's baseline; not for production).
 """
 
 from __future__ import annotations
@@ -33,16 +46,28 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from ..redaction import redact_url
+
 __all__ = [
     "SCOPE_SHARE",
+    "UNDOCUMENTED",
     "Claim",
+    "ForgettingStore",
+    "FullStore",
+    "PurgingStore",
     "Record",
     "Status",
     "Store",
     "StoreInfo",
     "ToolWrites",
     "TransactionalStore",
+    "describe",
+    "lease_keeper_store",
+    "store_info",
 ]
+
+UNDOCUMENTED = "See the store's documentation."
+"""What the generated docs say of a store that does not describe itself."""
 
 SCOPE_SHARE = 10
 """By default one scope may hold a tenth of an embedded store (MemoryStore's records and
@@ -98,7 +123,9 @@ class StoreInfo:
     """Which server instances share the records."""
     bound: str | None = None
     """The store's limit when it is not a count or a size idemtools enforces
-    ("Redis `maxmemory` (with `maxmemory-policy noeviction`)", "the database's disk")."""
+    ("Redis `maxmemory` (with `maxmemory-policy noeviction`)", "the database's disk").
+    The generated docs name `max_bytes`/`max_records` first when either is set, this text
+    otherwise, and `UNDOCUMENTED` when this is None too."""
     max_records: int | None = None
     max_bytes: int | None = None
     max_records_per_scope: int | None = None
@@ -106,7 +133,12 @@ class StoreInfo:
 
 @runtime_checkable
 class Store(Protocol):
-    """What the engine needs from a store. Keys are (scope hash, idempotency key)."""
+    """What the engine needs from a store on every keyed call. Keys are (scope hash, key).
+
+    `isinstance(x, Store)` checks these members only (the five operations, `aclose` and
+    `kind`), so a store written before `info()` and `for_lease_keeper()` still is one; a store
+    that has them too is a `FullStore` (see the module docstring).
+    """
 
     kind: str
     """Short name for documentation: "memory", "sqlite", "redis", "postgres"."""
@@ -133,6 +165,112 @@ class Store(Protocol):
     async def get(self, scope: str, key: str) -> Record | None: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class FullStore(Store, Protocol):
+    """The whole store contract: the operations, and what a store says about itself.
+
+    Every store idemtools ships is one, and the conformance suite checks both members. The
+    engine, the lease keeper and the docs generator read them through `store_info` and
+    `lease_keeper_store`, so a `Store` without them keeps working.
+    """
+
+    def info(self) -> StoreInfo:
+        """Kind, location (credentials redacted), the docs' words, the configured bounds.
+
+        Cheap and without I/O: read for logs, generated docs and start-up checks."""
+        ...
+
+    def for_lease_keeper(self) -> Store | None:
+        """The store the lease keeper renews through from its own thread and event loop.
+
+        `self` when the operations may be called from any loop (a thread lock, no awaits);
+        a new store on the same records with its own connection when the client belongs to
+        one event loop (the keeper closes it when it stops); None when no such clone can be
+        made (renewals then go through the server's own loop)."""
+        ...
+
+
+@runtime_checkable
+class _Describes(Protocol):
+    def info(self) -> StoreInfo: ...
+
+
+@runtime_checkable
+class _OpensForKeeper(Protocol):
+    def for_lease_keeper(self) -> Store | None: ...
+
+
+def describe(kind: str, where: object = None) -> str:
+    """`StoreInfo.description`: the kind, and where the records live when the store says so.
+
+    A URL's password is replaced by `***`: a custom store may describe itself by its URL,
+    and this text goes to logs."""
+    if not isinstance(where, str) or not where:
+        return kind
+    return f"{kind} ({redact_url(where)})"
+
+
+def _bound_attr(store: object, name: str) -> int | None:
+    value = getattr(store, name, None)
+    return value if isinstance(value, int) else None
+
+
+def store_info(store: Store) -> StoreInfo:
+    """`store.info()`, or for a store without it what it would have said.
+
+    Such a store (written against the five operations alone) is described from its `kind`,
+    its `description` and its `max_bytes` / `max_records` / `max_records_per_scope`
+    attributes when it has them, and "See the store's documentation." for the rest: the words
+    the generated docs have always used for a store they do not know.
+    """
+    if isinstance(store, _Describes):
+        return store.info()
+    kind = str(getattr(store, "kind", "") or type(store).__name__)
+    return StoreInfo(
+        kind=kind,
+        label=f"custom store ({kind})",
+        description=describe(kind, getattr(store, "description", None)),
+        restarts=UNDOCUMENTED,
+        instances=UNDOCUMENTED,
+        max_records=_bound_attr(store, "max_records"),
+        max_bytes=_bound_attr(store, "max_bytes"),
+        max_records_per_scope=_bound_attr(store, "max_records_per_scope"),
+    )
+
+
+def lease_keeper_store(store: Store) -> Store | None:
+    """`store.for_lease_keeper()`, or the store itself when it has no such method.
+
+    A store without it was written before the lease keeper had a thread of its own, and is
+    taken to be callable from any event loop, as it always was. Errors of
+    `for_lease_keeper()` propagate: the keeper logs them and renews on the server's loop."""
+    if isinstance(store, _OpensForKeeper):
+        return store.for_lease_keeper()
+    return store
+
+
+@runtime_checkable
+class ForgettingStore(Store, Protocol):
+    """A store that can delete a record whatever its status: an operator's forced release
+    (`idemtools keys release --force`), never part of a keyed call."""
+
+    async def forget(self, scope: str, key: str, owner: str) -> bool:
+        """Delete the live record held by `owner`, in progress or completed; False if none."""
+        ...
+
+
+@runtime_checkable
+class PurgingStore(Store, Protocol):
+    """A store whose expired records stay on disk until deleted (SQLite, PostgreSQL): a
+    maintenance task may purge them. Redis expires records itself; MemoryStore drops them on
+    its own writes."""
+
+    async def purge_expired(self, *, limit: int | None = None) -> int:
+        """Delete expired records, at most `limit` (None: all of them, in bounded batches,
+        each its own short transaction); return how many."""
+        ...
 
 
 class ToolWrites(Protocol):

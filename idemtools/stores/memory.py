@@ -37,9 +37,7 @@ retry is refused with `idempotency_outcome_not_kept`, never run again.
 from __future__ import annotations
 
 import functools
-import hashlib
 import heapq
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -47,17 +45,17 @@ from typing import Literal
 
 from cachetools import Cache, TLRUCache
 
-from ..errors import QuotaExceededError, StoreFullError
-from ..outcome import TOMBSTONE_RESERVE, tombstone
-from .base import SCOPE_SHARE, Claim, Record, Status
-
-log = logging.getLogger("idemtools")
-
-
-def key_digest(key: str) -> str:
-    """The key's hash prefix as the engine logs it (`idemtools.key_digest`): never the key."""
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
+from ..outcome import TOMBSTONE_RESERVE
+from ._common import (
+    at_least_one,
+    encode,
+    not_kept,
+    quota_exceeded,
+    scope_byte_quota_exceeded,
+    share_of,
+    store_full,
+)
+from .base import SCOPE_SHARE, Claim, Record, Status, StoreInfo, describe
 
 __all__ = ["RECORD_OVERHEAD", "SCOPE_SHARE", "MemoryStore"]
 
@@ -263,6 +261,16 @@ _bytes: Callable[[Cache[bytes, _Entry]], float] = Cache.currsize.fget  # type: i
 _NEVER = float(1 << 62)
 """The caches' own maxsize: never reached, so they never evict (see `MemoryStore.__init__`)."""
 
+_RESTARTS = (
+    "Records are lost when the server restarts: a retry that reaches the restarted server "
+    "runs the tool again."
+)
+_INSTANCES = (
+    "Per process: each instance or worker has its own records, so a retry that reaches "
+    "another instance runs the tool again. Run one instance, or use a shared store."
+)
+"""The generated docs' words for this store (`info()`)."""
+
 _CLAIMED = Claim(claimed=True)  # frozen: one shared answer instead of one per claim
 
 
@@ -286,7 +294,7 @@ def _scope_prefix(scope: str) -> bytes:
     raw = _unhex(scope, 32)
     if raw is not None:
         return b"\x00" + raw
-    encoded = scope.encode("utf-8", "surrogatepass")
+    encoded = encode(scope)
     return b"\x01" + len(encoded).to_bytes(8, "big") + encoded
 
 
@@ -333,6 +341,8 @@ class MemoryStore:
     """
 
     kind = "memory"
+    description = ""
+    """Where the records live, for logs: nowhere to name (a subclass may say more)."""
 
     def __init__(
         self,
@@ -343,18 +353,13 @@ class MemoryStore:
         max_bytes_per_scope: int | Literal["share"] | None = "share",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_records < 1:
-            raise ValueError("max_records must be at least 1")
-        if max_bytes < 1:
-            raise ValueError("max_bytes must be at least 1")
+        at_least_one("max_records", max_records)
+        at_least_one("max_bytes", max_bytes)
         if max_records_per_scope == "share":  # none for a store of fewer than ten records
             max_records_per_scope = max_records // SCOPE_SHARE or None
-        if max_bytes_per_scope == "share":
-            max_bytes_per_scope = max(1, max_bytes // SCOPE_SHARE)
-        if max_records_per_scope is not None and max_records_per_scope < 1:
-            raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
-        if max_bytes_per_scope is not None and max_bytes_per_scope < 1:
-            raise ValueError("max_bytes_per_scope must be at least 1 (or None for no budget)")
+        max_bytes_per_scope = share_of(max_bytes, max_bytes_per_scope)
+        at_least_one("max_records_per_scope", max_records_per_scope, none="no quota")
+        at_least_one("max_bytes_per_scope", max_bytes_per_scope, none="no budget")
         self.max_records = max_records
         self.max_bytes = max_bytes
         self.max_records_per_scope: int | None = max_records_per_scope
@@ -384,10 +389,24 @@ class MemoryStore:
         with self._lock:
             return int(self._running.bytes + _bytes(self._done))
 
+    def info(self) -> StoreInfo:
+        """In-process memory, bounded by `max_records` and `max_bytes` (see `Store.info`)."""
+        return StoreInfo(
+            kind=self.kind,
+            label="in-process memory",
+            description=describe(self.kind, self.description),
+            restarts=_RESTARTS,
+            instances=_INSTANCES,
+            max_records=self.max_records,
+            max_bytes=self.max_bytes,
+            max_records_per_scope=self.max_records_per_scope,
+        )
+
     @staticmethod
     def _id(scope: str, key: str) -> bytes:
         # Collision-free: the scope's prefix (see `_scope_prefix`), then the key (UTF-8,
-        # surrogates kept, so every Python string has its own bytes).
+        # surrogates kept, so every Python string has its own bytes); `encode` inline, as on
+        # every hot path of this store.
         return _scope_prefix(scope) + key.encode("utf-8", "surrogatepass")
 
     @staticmethod
@@ -463,32 +482,18 @@ class MemoryStore:
         """
         quota = self.max_records_per_scope
         if quota is not None and self._per_scope.get(_scope_of(rid), 0) >= quota:
-            raise QuotaExceededError(
-                f"this caller holds its maximum of {quota} live idempotency records; the call "
-                "was not run",
-                key=key,
-            )
+            raise quota_exceeded(quota, key)
         share = self.max_bytes_per_scope
         if (
             share is not None
             and self._scope_bytes.get(_scope_of(rid), 0) + entry.base + (TOMBSTONE_RESERVE) > share
         ):
-            raise QuotaExceededError(
-                f"this caller holds its maximum of {share} bytes of idempotency records; the "
-                "call was not run",
-                key=key,
-            )
+            raise scope_byte_quota_exceeded(share, key)
         running, done = self._running, self._done
         if len(running.entries) + _size(done) >= self.max_records:
-            raise StoreFullError(
-                f"memory store holds its maximum of {self.max_records} live records",
-                key=key,
-            )
+            raise store_full("memory", self.max_records, "live records", key)
         if running.bytes + _bytes(done) + entry.base + TOMBSTONE_RESERVE > self.max_bytes:
-            raise StoreFullError(
-                f"memory store holds its maximum of {self.max_bytes} bytes of records",
-                key=key,
-            )
+            raise store_full("memory", self.max_bytes, "bytes of records", key)
 
     def _held(self, rid: bytes, owner: str, now: float) -> _Entry | None:
         entry = self._running.entries.get(rid)
@@ -570,14 +575,7 @@ class MemoryStore:
         record and let a retry run the tool again.
         """
         self.outcomes_not_kept += 1
-        log.warning(
-            "memory store: an outcome of %d bytes does not fit max_bytes=%d; kept a tombstone "
-            "(retries get idempotency_outcome_not_kept) key_digest=%s",
-            len(outcome),
-            self.max_bytes,
-            key_digest(key),
-        )
-        return tombstone(len(outcome))
+        return not_kept("memory store", outcome, self.max_bytes, key)
 
     async def release(self, scope: str, key: str, owner: str) -> bool:
         rid = self._id(scope, key)

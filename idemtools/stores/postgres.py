@@ -18,7 +18,8 @@ Why it is built this way:
 * **Schema on request only**: `await store.create_schema()` or `schema_sql()` in your
   migrations. Importing or constructing the store never touches the database.
 * **Bounded cleanup.** Rows are not deleted the moment they expire (a claim simply reuses an
-  expired row), so `purge_expired(limit=...)` deletes at most `limit` expired rows per call,
+  expired row), so `purge_expired(limit=...)` deletes at most `limit` expired rows per call
+  (`purge_expired()`: all of them, a thousand per statement),
   using the `expires_at` index and `SKIP LOCKED` so concurrent purgers never wait on each other.
   Call it periodically (cron, a background task), and/or let the store do it opportunistically:
   every `purge_every`-th successful claim of a store instance is followed by one bounded purge of
@@ -72,23 +73,25 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import (
-    QuotaExceededError,
-    RecordCorruptError,
-    RefusedError,
-    StoreFullError,
-    StoreUnavailableError,
+from ..errors import RecordCorruptError, RefusedError, StoreFullError, StoreUnavailableError
+from ..outcome import TOMBSTONE_RESERVE
+from ._common import (
+    at_least_one,
+    corrupt,
+    encode,
+    not_kept,
+    once_more_if_broken,
+    quota_exceeded,
+    store_full,
 )
-from ..outcome import TOMBSTONE_RESERVE, tombstone
 from ._extras import require_extra
-from .base import Claim, Record, Status
+from .base import Claim, Record, Status, StoreInfo, describe
 
 with require_extra("postgres", "PostgresStore"):
     import psycopg
@@ -98,11 +101,12 @@ with require_extra("postgres", "PostgresStore"):
 
 __all__ = ["RECORD_OVERHEAD", "PostgresStore", "current_connection"]
 
-log = logging.getLogger("idemtools")
-
 T = TypeVar("T")
 
 _CLAIM_ATTEMPTS = 5
+
+_PURGE_BATCH = 1000
+"""Rows one purge statement deletes at most (`purge_expired`): short transactions."""
 
 
 _TOOL_SAVEPOINT = "idemtools_tool"
@@ -152,8 +156,7 @@ def current_connection() -> AsyncConnection[Any]:
     return tx.conn
 
 
-def _b(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
+_b = encode
 
 
 def _table_ident(table: str) -> sql.Identifier:
@@ -210,12 +213,10 @@ class PostgresStore:
     ) -> None:
         if purge_every < 0 or purge_limit < 1:
             raise ValueError("purge_every must be >= 0 and purge_limit >= 1")
-        if max_records_per_scope is not None and max_records_per_scope < 1:
-            raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
+        at_least_one("max_records_per_scope", max_records_per_scope, none="no quota")
         if transaction_reserve < 0 or (transaction_wait is not None and transaction_wait <= 0):
             raise ValueError("transaction_reserve must be >= 0 and transaction_wait positive")
-        if max_bytes is not None and max_bytes < 1:
-            raise ValueError("max_bytes must be at least 1 (or None for no budget)")
+        at_least_one("max_bytes", max_bytes, none="no budget")
         self.max_bytes = max_bytes
         self.outcomes_not_kept = 0
         """Completions recorded as a tombstone because the outcome did not fit `max_bytes`."""
@@ -326,6 +327,19 @@ class PostgresStore:
         host = info.get("host") or "localhost"
         where = f"{info.get('user', '')}@{host}:{info.get('port', 5432)}/{info.get('dbname', '')}"
         return f"postgresql://{where.lstrip('@')} table={self.table!r}"
+
+    def info(self) -> StoreInfo:
+        """PostgreSQL, bounded by the database's disk, or by `max_bytes` when set."""
+        return StoreInfo(
+            kind=self.kind,
+            label="PostgreSQL",
+            description=describe(self.kind, self.description),
+            restarts="Records survive restarts (they are in the database).",
+            instances="Shared by every instance that uses the same database.",
+            bound="the database's disk",
+            max_bytes=self.max_bytes,
+            max_records_per_scope=self.max_records_per_scope,
+        )
 
     # -- schema ---------------------------------------------------------------------------------
 
@@ -440,25 +454,24 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
 
     def _not_kept(self, outcome: bytes, key: str) -> bytes:
         self.outcomes_not_kept += 1
-        log.warning(
-            "PostgreSQL store %s: an outcome of %d bytes does not fit max_bytes=%s; kept a "
-            "tombstone (retries get idempotency_outcome_not_kept) key_digest=%s",
-            self.description,
-            len(outcome),
-            self.max_bytes,
-            hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16],
-        )
-        return tombstone(len(outcome))
+        return not_kept(f"PostgreSQL store {self.description}", outcome, self.max_bytes, key)
 
-    async def purge_expired(self, *, limit: int = 1000) -> int:
-        """Delete at most `limit` expired records; returns how many. Safe to run concurrently."""
+    async def purge_expired(self, *, limit: int | None = None) -> int:
+        """Delete expired records, at most `limit` (None: all of them, `_PURGE_BATCH` rows per
+        statement); returns how many. Safe to run concurrently (`SKIP LOCKED`)."""
+        total = 0
+        while limit is None or total < limit:
+            batch = _PURGE_BATCH if limit is None else min(_PURGE_BATCH, limit - total)
 
-        async def op(conn: AsyncConnection[Any], _retrying: bool) -> int:
-            cur = await conn.execute(self._q_purge, (limit,))
-            return cur.rowcount
+            async def op(conn: AsyncConnection[Any], _retrying: bool, batch: int = batch) -> int:
+                cur = await conn.execute(self._q_purge, (batch,))
+                return cur.rowcount
 
-        result: int = await self._run(op, None)
-        return result
+            deleted: int = await self._run(op, None)
+            total += deleted
+            if deleted < batch:
+                break
+        return total
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -479,19 +492,16 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         self, op: Callable[[AsyncConnection[Any], bool], Awaitable[T]], key: str | None
     ) -> T:
         """Run `op(conn, retrying)` on a pooled connection; retry once if it was broken."""
+
+        async def attempt(retrying: bool) -> T:
+            async with self._pool.connection() as conn:
+                return await op(conn, retrying)
+
         try:
             await self._ensure_open()
-            try:
-                async with self._pool.connection() as conn:
-                    return await op(conn, False)
-            except psycopg.OperationalError as exc:
-                if isinstance(exc, PoolTimeout) or not _is_connection_failure(exc):
-                    raise
-                # An outage or a server restart leaves every idle pooled connection dead; drop
-                # them all, then try once more on a fresh one.
-                await self._pool.check()
-                async with self._pool.connection() as conn:
-                    return await op(conn, True)
+            # An outage or a server restart leaves every idle pooled connection dead; drop
+            # them all, then try once more on a fresh one.
+            return await once_more_if_broken(attempt, _broken, before_retry=self._pool.check)
         except RefusedError:
             raise
         except PoolTimeout as exc:
@@ -570,10 +580,7 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
                 except _OverBudget:
                     if attempt or not await self._purge_for_room(conn):
                         break
-            raise StoreFullError(
-                f"PostgreSQL store holds its maximum of {self.max_bytes} bytes of records",
-                key=key,
-            )
+            raise store_full("PostgreSQL", self.max_bytes or 0, "bytes of records", key)
 
         async def bounded(conn: AsyncConnection[Any], retrying: bool) -> Claim:
             if quota is None:
@@ -584,11 +591,7 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
                 row = await cur.fetchone()
                 live, mine = (0, False) if row is None else row
                 if not mine and live >= quota:
-                    raise QuotaExceededError(
-                        f"this caller holds its maximum of {quota} live idempotency records; "
-                        "the call was not run",
-                        key=key,
-                    )
+                    raise quota_exceeded(quota, key)
                 return await claim_on(conn, retrying)
 
         async def claim_on(conn: AsyncConnection[Any], retrying: bool) -> Claim:
@@ -808,12 +811,17 @@ def _is_connection_failure(exc: psycopg.OperationalError) -> bool:
     return exc.sqlstate is None or exc.sqlstate.startswith("08") or exc.sqlstate == "57P01"
 
 
-def _corrupt(key: str, why: str) -> RecordCorruptError:
-    return RecordCorruptError(
-        f"the idempotency record for this key in PostgreSQL cannot be read ({why}); the call "
-        "was not run",
-        key=key,
+def _broken(exc: Exception) -> bool:
+    """A dead connection (not a pool timeout, not a failed statement): worth one retry."""
+    return (
+        isinstance(exc, psycopg.OperationalError)
+        and not isinstance(exc, PoolTimeout)
+        and _is_connection_failure(exc)
     )
+
+
+def _corrupt(key: str, why: str) -> RecordCorruptError:
+    return corrupt("PostgreSQL", key, why)
 
 
 def _derived(table: str, suffix: str) -> sql.Identifier:

@@ -70,10 +70,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import QuotaExceededError, RecordCorruptError, StoreFullError, StoreUnavailableError
+from ..errors import RecordCorruptError, StoreFullError, StoreUnavailableError
 from ..outcome import tombstone
+from ._common import at_least_one, corrupt, encode, key_digest, once_more_if_broken, quota_exceeded
 from ._extras import require_extra
-from .base import Claim, Record, Status
+from .base import Claim, Record, Status, StoreInfo, describe
 
 with require_extra("redis", "RedisStore"):
     from redis import exceptions as redis_errors
@@ -348,8 +349,7 @@ class RedisStore:
         policy_recheck: float = _POLICY_RECHECK,
         _owns_client: bool = False,
     ) -> None:
-        if max_records_per_scope is not None and max_records_per_scope < 1:
-            raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
+        at_least_one("max_records_per_scope", max_records_per_scope, none="no quota")
         if wait_replicas < 0 or wait_timeout <= 0:
             raise ValueError("wait_replicas must be at least 0 and wait_timeout positive")
         if policy_recheck <= 0:
@@ -373,7 +373,7 @@ class RedisStore:
         self._policy_known = False  # a read has answered at least once
         self._policy_lock: asyncio.Lock | None = None
         self._unbounded_warned = False
-        self._prefix_bytes = prefix.encode("utf-8", "surrogatepass")
+        self._prefix_bytes = encode(prefix)
         # Only a Cluster needs a scope's records and its quota set in one slot (hash tag).
         self._tagged = max_records_per_scope is not None and is_cluster
         self._owns_client = _owns_client
@@ -511,8 +511,7 @@ class RedisStore:
 
         On Redis Cluster with a quota, the scope's hash tag (see `quota_name`) comes between.
         """
-        s = scope.encode("utf-8", "surrogatepass")
-        k = key.encode("utf-8", "surrogatepass")
+        s, k = encode(scope), encode(key)
         digest = hashlib.sha256(b"%d:" % len(s) + s + k).hexdigest()
         if self._tagged:
             return self._prefix_bytes + b"{" + _scope_tag(s) + b"}" + digest.encode("ascii")
@@ -520,9 +519,7 @@ class RedisStore:
 
     def quota_name(self, scope: str) -> bytes:
         """The Redis key of a scope's quota set: prefix + "q:{" + scope digest + "}"."""
-        return (
-            self._prefix_bytes + b"q:{" + _scope_tag(scope.encode("utf-8", "surrogatepass")) + b"}"
-        )
+        return self._prefix_bytes + b"q:{" + _scope_tag(encode(scope)) + b"}"
 
     @property
     def description(self) -> str:
@@ -535,6 +532,19 @@ class RedisStore:
         else:
             where = type(self._client).__name__
         return f"{where} prefix={self.prefix!r}"
+
+    def info(self) -> StoreInfo:
+        """Redis, bounded by its `maxmemory`; `max_records_per_scope` when a quota is set."""
+        return StoreInfo(
+            kind=self.kind,
+            label="Redis",
+            description=describe(self.kind, self.description),
+            restarts="Records survive server restarts; they survive a Redis restart only as far "
+            "as Redis persistence is configured.",
+            instances="Shared by every instance that uses the same Redis.",
+            bound="Redis `maxmemory` (with `maxmemory-policy noeviction`)",
+            max_records_per_scope=self.max_records_per_scope,
+        )
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -567,10 +577,12 @@ class RedisStore:
         # Every node of a Cluster, replicas too (a failover promotes them); redis-py would
         # ask its default node alone.
         options = {"target_nodes": "all"} if self._gate is not None else {}
-        try:
+
+        async def read(_retrying: bool) -> Any:
             return await self._client.info("memory", **options)
-        except _CONNECTION_ERRORS:
-            return await self._client.info("memory", **options)  # once more, a fresh connection
+
+        # Once more on a fresh connection after a broken one.
+        return await once_more_if_broken(read, lambda exc: isinstance(exc, _CONNECTION_ERRORS))
 
     async def _check_policy_now(self, key: str) -> None:
         self._policy_due = False
@@ -675,15 +687,10 @@ class RedisStore:
                     or time.monotonic() >= self._policy_next
                 ):
                     await self._check_policy(key)
-            try:
-                return await op(False)
-            except (*_CONNECTION_ERRORS, AttributeError, TypeError) as exc:
-                if isinstance(exc, (AttributeError, TypeError)) and not cluster.driver_fault(exc):
-                    raise
-                # The pool dropped the broken connection; a fresh one is tried once. A server
-                # that is really gone fails again at once (connection refused) or after
-                # `connect_timeout`.
-                return await op(True)
+            # The pool dropped the broken connection; a fresh one is tried once. A server
+            # that is really gone fails again at once (connection refused) or after
+            # `connect_timeout`.
+            return await once_more_if_broken(op, _broken)
         except redis_errors.ResponseError as exc:
             # redis-py strips the "OOM" prefix when it maps the reply to OutOfMemoryError.
             if isinstance(exc, redis_errors.OutOfMemoryError) or str(exc).startswith("OOM"):
@@ -802,11 +809,7 @@ class RedisStore:
                 args = (fingerprint, owner, _ms(lease), quota or 0)
                 reply = await self._eval2(self._claim_quota, names, *args)
             if names is not None and reply == -2:
-                raise QuotaExceededError(
-                    f"this caller holds its maximum of {quota} live idempotency records; "
-                    "the call was not run",
-                    key=key,
-                )
+                raise quota_exceeded(quota or 0, key)
             if reply == 1:
                 return Claim(claimed=True)
             record = self._record(reply, key)
@@ -864,7 +867,7 @@ class RedisStore:
                     "tombstone (retries get idempotency_outcome_not_kept) key_digest=%s",
                     self.description,
                     len(outcome),
-                    hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16],
+                    key_digest(key),
                 )
         if done and self.max_records_per_scope is not None:
             await self._track_quota(scope, name)
@@ -954,8 +957,12 @@ def _scope_tag(scope: bytes) -> bytes:
 
 
 def _corrupt(key: str, why: str) -> RecordCorruptError:
-    return RecordCorruptError(
-        f"the idempotency record for this key in Redis cannot be read ({why}); the call was "
-        "not run",
-        key=key,
-    )
+    return corrupt("Redis", key, why)
+
+
+def _broken(exc: Exception) -> bool:
+    """A broken connection: the driver's connection errors, or its race under a concurrent
+    close (`_redis_cluster.driver_fault`)."""
+    if isinstance(exc, (AttributeError, TypeError)):
+        return cluster.driver_fault(exc)
+    return isinstance(exc, _CONNECTION_ERRORS)

@@ -56,7 +56,7 @@ A record whose `expires` has passed is dead: every operation ignores it and a cl
 Dead rows are deleted lazily and in bounded amounts: each claim that creates a record first
 deletes at most `cleanup_batch` expired rows (oldest first), so no single call does unbounded
 work. `purge_expired()` deletes all of them (in batches of `cleanup_batch`, each its own short
-transaction), for a periodic maintenance task.
+transaction; `limit=` bounds how many), for a periodic maintenance task.
 
 Capacity
 --------
@@ -98,8 +98,6 @@ After `aclose()` every operation raises `StoreUnavailableError`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import logging
 import os
 import sqlite3
 import threading
@@ -110,19 +108,20 @@ from typing import Literal, TypeVar
 import anyio
 import anyio.to_thread
 
-from ..errors import (
-    QuotaExceededError,
-    RecordCorruptError,
-    RefusedError,
-    StoreFullError,
-    StoreUnavailableError,
+from ..errors import RecordCorruptError, RefusedError, StoreUnavailableError
+from ..outcome import TOMBSTONE_RESERVE
+from ._common import (
+    at_least_one,
+    encode,
+    not_kept,
+    quota_exceeded,
+    scope_byte_quota_exceeded,
+    share_of,
+    store_full,
 )
-from ..outcome import TOMBSTONE_RESERVE, tombstone
-from .base import SCOPE_SHARE, Claim, Record, Status
+from .base import Claim, Record, Status, StoreInfo, describe
 
 __all__ = ["RECORD_OVERHEAD", "SQLiteStore"]
-
-log = logging.getLogger("idemtools")
 
 T = TypeVar("T")
 
@@ -197,9 +196,7 @@ _SELECT = (
 _HELD = "scope = ? AND key = ? AND owner = ? AND status = 'in_progress' AND expires > ?"
 
 
-def _b(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
-
+_b = encode
 
 Row = tuple[str, str, str, float, "bytes | None"]
 
@@ -243,16 +240,11 @@ class SQLiteStore:
         busy_timeout: float = 5.0,
         cleanup_batch: int = 100,
     ) -> None:
-        if max_records is not None and max_records < 1:
-            raise ValueError("max_records must be at least 1 (or None for unbounded)")
-        if max_bytes < 1:
-            raise ValueError("max_bytes must be at least 1")
-        if max_records_per_scope is not None and max_records_per_scope < 1:
-            raise ValueError("max_records_per_scope must be at least 1 (or None for no quota)")
-        if max_bytes_per_scope == "share":
-            max_bytes_per_scope = max(1, max_bytes // SCOPE_SHARE)
-        if max_bytes_per_scope is not None and max_bytes_per_scope < 1:
-            raise ValueError("max_bytes_per_scope must be at least 1 (or None for no budget)")
+        at_least_one("max_records", max_records, none="unbounded")
+        at_least_one("max_bytes", max_bytes)
+        at_least_one("max_records_per_scope", max_records_per_scope, none="no quota")
+        max_bytes_per_scope = share_of(max_bytes, max_bytes_per_scope)
+        at_least_one("max_bytes_per_scope", max_bytes_per_scope, none="no budget")
         self.max_bytes_per_scope: int | None = max_bytes_per_scope
         if busy_timeout < 0:
             raise ValueError("busy_timeout must not be negative")
@@ -282,6 +274,20 @@ class SQLiteStore:
     def description(self) -> str:
         """The database file, for the operator's log (never sent to clients)."""
         return self.path
+
+    def info(self) -> StoreInfo:
+        """A SQLite file, bounded by `max_bytes` (and `max_records`, when set)."""
+        return StoreInfo(
+            kind=self.kind,
+            label="SQLite database file",
+            description=describe(self.kind, self.description),
+            restarts="Records survive restarts (they are in the database file).",
+            instances="Shared by the processes on one host that open the same file; not shared "
+            "across hosts.",
+            max_records=self.max_records,
+            max_bytes=self.max_bytes,
+            max_records_per_scope=self.max_records_per_scope,
+        )
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -392,11 +398,13 @@ class SQLiteStore:
             outcome=None if outcome is None else bytes(outcome),
         )
 
-    def _delete_expired(self, conn: sqlite3.Connection, now: float) -> int:
+    def _delete_expired(
+        self, conn: sqlite3.Connection, now: float, batch: int | None = None
+    ) -> int:
         cur = conn.execute(
             f"DELETE FROM {_TABLE} WHERE rowid IN "
             f"(SELECT rowid FROM {_TABLE} WHERE expires <= ? ORDER BY expires LIMIT ?)",
-            (now, self.cleanup_batch),
+            (now, self.cleanup_batch if batch is None else batch),
         )
         return cur.rowcount
 
@@ -444,20 +452,13 @@ class SQLiteStore:
                 f"SELECT count(*) FROM {_TABLE} WHERE scope = ? AND expires > ?", (scope, now)
             ).fetchone()
             if mine >= quota:
-                return QuotaExceededError(
-                    f"this caller holds its maximum of {quota} live idempotency records; the "
-                    "call was not run",
-                    key=key,
-                )
+                return quota_exceeded(quota, key)
         if self.max_records is not None:
             (live,) = conn.execute(
                 f"SELECT count(*) FROM {_TABLE} WHERE expires > ?", (now,)
             ).fetchone()
             if live >= self.max_records:
-                return StoreFullError(
-                    f"SQLite store holds its maximum of {self.max_records} live records",
-                    key=key,
-                )
+                return store_full("SQLite", self.max_records, "live records", key)
         used = self._bytes(conn)
         # Over budget: expired rows still count until deleted, so delete them first (as many
         # as it takes; each row is deleted once, so the work is paid for by the claims that
@@ -465,16 +466,10 @@ class SQLiteStore:
         while used + size > self.max_bytes and self._delete_expired(conn, now):
             used = self._bytes(conn)
         if used + size > self.max_bytes:
-            return StoreFullError(
-                f"SQLite store holds its maximum of {self.max_bytes} bytes of records", key=key
-            )
+            return store_full("SQLite", self.max_bytes, "bytes of records", key)
         share = self.max_bytes_per_scope
         if share is not None and self._scope_bytes(conn, now, scope, used, size) + size > share:
-            return QuotaExceededError(
-                f"this caller holds its maximum of {share} bytes of idempotency records; the "
-                "call was not run",
-                key=key,
-            )
+            return scope_byte_quota_exceeded(share, key)
         return None
 
     def _scope_bytes(
@@ -579,15 +574,7 @@ class SQLiteStore:
         ):
             return data
         self.outcomes_not_kept += 1
-        log.warning(
-            "SQLite store %s: an outcome of %d bytes does not fit max_bytes=%d; kept a "
-            "tombstone (retries get idempotency_outcome_not_kept) key_digest=%s",
-            self.path,
-            len(data),
-            self.max_bytes,
-            hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16],
-        )
-        return tombstone(len(data))
+        return not_kept(f"SQLite store {self.path}", data, self.max_bytes, key)
 
     def _delete_expired_but(self, conn: sqlite3.Connection, now: float, s: bytes, k: bytes) -> int:
         cur = conn.execute(
@@ -659,14 +646,21 @@ class SQLiteStore:
 
     # -- maintenance -------------------------------------------------------------------------
 
-    async def purge_expired(self) -> int:
-        """Delete every expired record, `cleanup_batch` rows per transaction; return how many."""
+    async def purge_expired(self, *, limit: int | None = None) -> int:
+        """Delete expired records, at most `limit` (None: all of them), `cleanup_batch` rows
+        per transaction, oldest first; return how many."""
         total = 0
-        while True:
-            deleted = await self._run(self._write(self._delete_expired))
+        while limit is None or total < limit:
+            batch = self.cleanup_batch if limit is None else min(self.cleanup_batch, limit - total)
+
+            def op(conn: sqlite3.Connection, now: float, batch: int = batch) -> int:
+                return self._delete_expired(conn, now, batch)
+
+            deleted = await self._run(self._write(op))
             total += deleted
-            if deleted < self.cleanup_batch:
-                return total
+            if deleted < batch:
+                break
+        return total
 
     async def bytes_used(self) -> int:
         """The estimated bytes of the rows in the file, as `max_bytes` counts them."""

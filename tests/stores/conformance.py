@@ -25,6 +25,11 @@ The whole interface a subclass may touch:
     A server-clock store overrides it with ``await anyio.sleep(seconds)`` and sets the time
     constants below to short values (e.g. ``LEASE = 0.4``, ``RETENTION = 0.8``).
 
+What a store says about itself is part of the suite too: `info()` (a `StoreInfo` naming the
+store's kind and the bounds it was built with) and `for_lease_keeper()` (a store the lease
+keeper's own thread and event loop can renew through), read as the engine reads them, through
+`store_info` and `lease_keeper_store`.
+
 ``LEASE``, ``RETENTION`` (seconds), ``TOLERANCE`` (seconds allowed between an expected and a
 reported `remaining`), ``CONCURRENCY`` (claims raced in one test)
     Class attributes; every duration in the suite is expressed through `LEASE` and `RETENTION`
@@ -38,6 +43,7 @@ string of 1 to 255 characters as a key.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -49,7 +55,16 @@ import pytest
 
 from idemtools.errors import OutcomeNotKeptError, QuotaExceededError, StoreFullError
 from idemtools.outcome import TOMBSTONE_RESERVE, Outcome, is_tombstone
-from idemtools.stores.base import Claim, Record, Status, Store
+from idemtools.stores.base import (
+    Claim,
+    FullStore,
+    Record,
+    Status,
+    Store,
+    StoreInfo,
+    lease_keeper_store,
+    store_info,
+)
 
 __all__ = ["FakeClock", "StoreConformance"]
 
@@ -191,6 +206,67 @@ class StoreConformance:
         store = await self.open()
         assert isinstance(store, Store)
         assert isinstance(store.kind, str) and store.kind
+
+    # -- what the store says about itself ---------------------------------------------------
+
+    async def test_store_is_a_full_store(self) -> None:
+        store = await self.open()
+        assert isinstance(store, FullStore)
+
+    async def test_info_describes_the_store(self) -> None:
+        store = await self.open()
+        assert isinstance(store, FullStore)
+        info = store_info(store)
+        assert isinstance(info, StoreInfo)
+        assert info == store.info()
+        assert info.kind == store.kind
+        for text in (info.label, info.restarts, info.instances, info.description):
+            assert isinstance(text, str) and text
+        assert info.description.startswith(store.kind)  # the kind, then where (for logs)
+        assert info.bound is None or (isinstance(info.bound, str) and info.bound)
+
+    async def test_info_reports_max_records(self) -> None:
+        store = await self.open(max_records=7)
+        assert store_info(store).max_records == 7
+
+    async def test_info_reports_max_bytes(self) -> None:
+        store = await self.open(max_bytes=self.BUDGET)
+        assert store_info(store).max_bytes == self.BUDGET
+
+    async def test_info_reports_max_records_per_scope(self) -> None:
+        store = await self.open(max_records_per_scope=3)
+        assert store_info(store).max_records_per_scope == 3
+
+    async def test_lease_keeper_store_renews_from_its_own_thread(self) -> None:
+        # As the lease keeper does: open the keeper's store in a thread with an event loop of
+        # its own, renew through it, close it if it is not the store itself.
+        store = await self.open()
+        assert (await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)).claimed
+        await self.advance(self.LEASE / 2)
+
+        async def keeper_renews() -> tuple[bool, bool, bool]:
+            keeper = lease_keeper_store(store)
+            assert keeper is not None, "this store gives the lease keeper no store"
+            try:
+                return (
+                    isinstance(keeper, Store),
+                    await keeper.renew(SCOPE, "k", "intruder", self.LEASE),
+                    await keeper.renew(SCOPE, "k", "o1", self.LEASE),
+                )
+            finally:
+                if keeper is not store:
+                    await keeper.aclose()
+
+        is_store, intruder, owner = await anyio.to_thread.run_sync(
+            lambda: asyncio.run(keeper_renews())
+        )
+        assert (is_store, intruder, owner) == (True, False, True)
+        await self.in_progress(store, "k", "o1")
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        self.assert_remaining(record, self.LEASE)  # renewed through the keeper's store
+        # The store itself still works after the keeper's store was closed.
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION)
 
     async def test_claim_new_key(self) -> None:
         store = await self.open()
