@@ -188,7 +188,7 @@ class Engine(Lifecycle):
             if self._closing:
                 raise StoreUnavailableError(_SHUTTING_DOWN, key=call.key)
             key = check_key(call.key, self.max_key_length)
-            policy = self.policy_for(call.name, call.policy)
+            policy = call.policy or self.registry.get(call.name) or self.default_policy
             check = policy.authorize or self.authorize
             if check is not None:  # before any record is read: a replay is no bypass
                 await authorize_call(check, call.context, key)

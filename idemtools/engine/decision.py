@@ -133,10 +133,25 @@ def new_owner(now: float) -> str:
     cached = _owner_prefix
     if cached[0] != ms:  # formatted once per millisecond, not per call (hot path)
         cached = _owner_prefix = (ms, f"{ms:012x}")
-    return cached[1] + os.urandom(10).hex()
+    return cached[1] + (_spare.pop() if _spare else _draw())
 
 
 _owner_prefix: tuple[int, str] = (-1, "")
+
+_BATCH = 64
+_spare: list[str] = []  # random parts drawn ahead: one `getrandom` system call per 64 owners
+
+
+def _draw() -> str:
+    raw = os.urandom(10 * _BATCH).hex()
+    _spare.extend(raw[i : i + 20] for i in range(20, len(raw), 20))
+    return raw[:20]
+
+
+# A forked child must never hand out its parent's spare random parts: two workers would fence
+# with the same owner token.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_spare.clear)
 
 
 def claimed_at(owner: str) -> float | None:

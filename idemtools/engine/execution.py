@@ -112,7 +112,9 @@ class Recording:
             )
         return outcome
 
-    def _end_renewal(self, ex: Execution) -> None:
+    async def record(self, ex: Execution, outcome: Outcome) -> bool:
+        """Record the outcome (or release the claim of one that is not final); False when
+        another execution claimed the key meanwhile (counted and logged here)."""
         held = ex.held
         if held is not None:
             # The tool may have starved the keeper until now. The keeper's own test, done here
@@ -123,39 +125,14 @@ class Recording:
             # From here a renewal may find the record completed: that is no lost claim (the
             # engine itself reports one if `complete` is refused).
             held.claimed = False
-
-    def _bytes(self, ex: Execution, outcome: Outcome) -> bytes:
-        """The outcome as recorded: an error in its place when it is too large to keep."""
-        engine = self.engine
-        data = outcome.to_bytes()
-        limit = engine.max_outcome_bytes
-        if len(data) > limit:
-            log.error(
-                "outcome of %d bytes exceeds max_outcome_bytes=%d key_digest=%s; recording "
-                "an error in its place",
-                len(data),
-                limit,
-                key_digest(ex.key),
-            )
-            data = engine.refusal(
-                OutcomeTooLargeError(
-                    f"the original call completed, but its outcome ({len(data)} bytes) "
-                    f"exceeded the {limit}-byte limit and was not kept; "
-                    "it will not run again under this key",
-                    key=ex.key,
-                )
-            ).to_bytes()
-        return data
-
-    async def record(self, ex: Execution, outcome: Outcome) -> bool:
-        """Record the outcome (or release the claim of one that is not final); False when
-        another execution claimed the key meanwhile (counted and logged here)."""
-        self._end_renewal(ex)
         if not outcome.final:
             await self.store.release(ex.scope, ex.key, ex.owner)
             self.engine.stats.released += 1
             return True
-        recorded = await self._complete(ex, self._bytes(ex, outcome))
+        data = outcome.to_bytes()
+        if len(data) > self.engine.max_outcome_bytes:
+            data = self._too_large(ex, len(data))
+        recorded = await self._complete(ex, data)
         if not recorded:
             # Late completion succeeds whenever nobody else claimed the key, so this
             # means a second execution began while this one ran.
@@ -165,6 +142,26 @@ class Recording:
                 key_digest(ex.key),
             )
         return recorded
+
+    def _too_large(self, ex: Execution, size: int) -> bytes:
+        """What is recorded in place of an outcome too large to keep: an error saying so."""
+        engine = self.engine
+        limit = engine.max_outcome_bytes
+        log.error(
+            "outcome of %d bytes exceeds max_outcome_bytes=%d key_digest=%s; recording "
+            "an error in its place",
+            size,
+            limit,
+            key_digest(ex.key),
+        )
+        return engine.refusal(
+            OutcomeTooLargeError(
+                f"the original call completed, but its outcome ({size} bytes) "
+                f"exceeded the {limit}-byte limit and was not kept; "
+                "it will not run again under this key",
+                key=ex.key,
+            )
+        ).to_bytes()
 
     async def _complete(self, ex: Execution, data: bytes) -> bool:
         """`complete`, tried again for up to `record_retry_for` seconds while the store
