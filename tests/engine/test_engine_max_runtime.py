@@ -21,7 +21,7 @@ from idemtools.engine import ToolCall, key_digest
 from idemtools.stores import MemoryStore
 from idemtools.stores.base import Store
 
-from .services import RUN_ID, need_redis
+from ..services import RUN_ID, need_redis
 
 LEASE = 0.3  # renewed every 0.1 s
 

@@ -28,7 +28,7 @@ from idemtools.stores.base import Status
 from idemtools.stores.redis import RedisStore
 from idemtools.stores.sqlite import SQLiteStore
 
-from .services import RUN_ID, need_redis, private_redis, proxy_to, with_port
+from ..services import RUN_ID, need_redis, private_redis, proxy_to, with_port
 
 DELAY = 0.4  # each request to Redis waits this long in the relay
 POLICY = Policy.of(retention=60, lease=30, scope=shared)  # a long lease: a stuck key would show

@@ -25,7 +25,7 @@ from idemtools.engine import ToolCall, _scope_hash
 from idemtools.scopes import CallContext
 from idemtools.stores.base import Store
 
-from .services import RUN_ID, drop_postgres_tables, host_port, need_postgres, need_redis, with_port
+from ..services import RUN_ID, drop_postgres_tables, host_port, need_postgres, need_redis, with_port
 
 POLICY = Policy.of(retention=60, lease=30, scope=shared)  # a long lease: a stuck key would show
 ARGS = {"amount": 1, "lost": uuid.uuid4().hex}  # a fingerprint no warm-up request carries

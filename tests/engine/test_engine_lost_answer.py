@@ -15,7 +15,7 @@ from idemtools import Engine, Outcome, Policy, Registry, StoreUnavailableError, 
 from idemtools.engine import ToolCall
 from idemtools.stores import MemoryStore, SQLiteStore
 
-from .services import RUN_ID, need_redis
+from ..services import RUN_ID, need_redis
 
 POLICY = Policy.of(retention=60, lease=30, scope=shared)
 

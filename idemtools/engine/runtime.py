@@ -1,0 +1,238 @@
+"""What differs between asyncio and trio, in one place: how an execution is shielded from its
+caller's cancellation, how background work is started, and the eager start of an execution's
+task on asyncio (the one place idemtools touches private asyncio API).
+
+The rest of the engine asks `on_asyncio()` or calls `protect`, `spawn`, `shielded`; it never
+imports asyncio for itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+import types
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any
+
+import anyio
+
+from ..outcome import Outcome
+
+try:  # trio depends on sniffio; without it, anyio's only other backend (asyncio) is running
+    from sniffio import current_async_library as _current_async_library
+except ImportError:  # pragma: no cover
+
+    def _current_async_library() -> str:
+        return "asyncio"
+
+
+__all__ = ["cancels_the_execution", "on_asyncio", "protect", "shielded", "spawn"]
+
+
+def on_asyncio() -> bool:
+    return _current_async_library() == "asyncio"
+
+
+def shielded() -> anyio.CancelScope:
+    """A scope no anyio cancellation reaches: for the short clean-ups a cancelled call owes."""
+    return anyio.CancelScope(shield=True)
+
+
+def spawn(coro: Coroutine[Any, Any, Any], background: set[asyncio.Task[Any]]) -> bool:
+    """Run `coro` in a task of its own on asyncio (kept in `background`, so that it is neither
+    collected nor forgotten); False (and `coro` closed) when no asyncio loop runs."""
+    try:
+        task = asyncio.get_running_loop().create_task(coro)
+    except RuntimeError:  # pragma: no cover - trio never cancels natively
+        coro.close()
+        return False
+    background.add(task)
+    task.add_done_callback(background.discard)
+    return True
+
+
+async def protect(
+    body: Coroutine[Any, Any, Outcome], background: set[asyncio.Task[Any]]
+) -> Outcome:
+    """Await `body` so that nothing cancelling the caller stops it between the tool's side
+    effect and its record: a client that cancels or disconnects must not leave a retry to run
+    the call again.
+
+    On asyncio the body runs in a task of its own behind `asyncio.shield`, which holds off
+    every cancellation of the caller, anyio's (a `task.cancel()` underneath) and native ones
+    alike; an anyio shield on top would cost ~9 us per call and add nothing. A cancelled caller
+    stops waiting; the call goes on to its record. The task's first step runs at once
+    (`start_eagerly`): a call that finishes without suspending (a fast tool, MemoryStore) is
+    answered without waiting for the event loop to run its task and then wake this one. On
+    trio, which never cancels natively, an anyio shield suffices.
+    """
+    if on_asyncio():
+        started = start_eagerly(asyncio.get_running_loop(), body)
+        if not isinstance(started, asyncio.Task):
+            return started
+        background.add(started)  # strong reference: it may outlive its caller
+        started.add_done_callback(background.discard)
+        return await asyncio.shield(started)
+    with anyio.CancelScope(shield=True):
+        outcome = await body
+    return outcome
+
+
+def cancels_the_execution(exc: BaseException) -> bool:
+    """Whether `exc`, raised out of a tool, is the cancellation of the execution itself rather
+    than something the tool raised (its own `CancelledError` from a future another task
+    cancelled, a custom `BaseException`).
+
+    On asyncio, `Task.cancelling()` (3.11+) says whether the running task has a cancellation
+    pending: the execution runs in a task of its own behind `asyncio.shield`, so only someone
+    cancelling that very task (an event loop tearing down) counts. Python 3.10 has no way to
+    tell: there every `CancelledError` counts as the execution's cancellation (not recorded;
+    the claim lapses by lease, as if the process had died). On trio the body runs under a
+    shield; a `Cancelled` reaching it must propagate to its own scope.
+    """
+    if isinstance(exc, GeneratorExit):
+        return True  # the coroutine is being closed: it must not await anything more
+    if not isinstance(exc, anyio.get_cancelled_exc_class()):
+        return False
+    if not on_asyncio():
+        return True
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is None or cancelling() > 0
+
+
+# -- eager start of an execution's task ----------------------------------------------------------
+#
+# Started the ordinary way, an execution's task's first step waits for the next event loop
+# iteration, and its caller, waiting on it through `asyncio.shield`, is woken two iterations
+# after it ends: three loop iterations and a shield per call, ~7 % of a bare in-memory round
+# trip (docs/benchmarks.md). Started eagerly, a call that never suspends (a fast tool and
+# MemoryStore) is over before `start_eagerly` returns; one that suspends goes on in its task
+# exactly as before. Python 3.12 does this natively (`eager_start`); on 3.11, `_start_eagerly_311`
+# does the same by hand, through the private `asyncio.tasks._enter_task` / `_leave_task`
+# (`_TaskSwitch`, checked when this module is imported); 3.10 starts it lazily.
+
+
+class _TaskSwitch:
+    """The private asyncio functions that make a task the current one (Python 3.11 only).
+
+    Looked up once, when this module is imported: a Python whose asyncio lacks them fails
+    here, loudly, naming them, rather than running executions in the wrong task."""
+
+    __slots__ = ("enter", "leave")
+
+    def __init__(self) -> None:
+        enter = getattr(asyncio.tasks, "_enter_task", None)
+        leave = getattr(asyncio.tasks, "_leave_task", None)
+        if not callable(enter) or not callable(leave):
+            missing = [
+                name
+                for name, found in (("_enter_task", enter), ("_leave_task", leave))
+                if not callable(found)
+            ]
+            raise ImportError(
+                "idemtools needs asyncio.tasks."
+                + " and asyncio.tasks.".join(missing)
+                + f" on Python {sys.version_info.major}.{sys.version_info.minor} (the eager "
+                "start of an execution's task); this Python's asyncio has none"
+            )
+        self.enter: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], None] = enter
+        self.leave: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], None] = leave
+
+
+class _FirstStep:
+    """What an execution's first step, run before its task's own first step, left behind."""
+
+    __slots__ = ("coro", "finished", "outcome", "waiting_on")
+
+    def __init__(self, coro: Coroutine[Any, Any, Outcome]) -> None:
+        self.coro = coro
+        self.finished = False
+        self.outcome: Outcome | None = None
+        self.waiting_on: Any = None  # what the coroutine yielded: a future, or None
+
+
+async def _carry_on(step: _FirstStep) -> Outcome | None:
+    # The task's own first step: nothing left to do, or wait where the first step stopped.
+    if step.finished:
+        return step.outcome
+    return await _resume(step.coro, step.waiting_on)
+
+
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, Outcome], waiting_on: Any) -> Generator[Any, None, Outcome]:
+    """Go on driving a coroutine that already yielded `waiting_on`, exactly as `await` would:
+    the task waits on that first (a future or a bare checkpoint), then on whatever follows."""
+    while True:
+        try:
+            yield waiting_on
+        except GeneratorExit:  # the task is destroyed unfinished (its loop closed)
+            coro.close()
+            raise
+        except BaseException as exc:  # thrown into the task (a cancellation): pass it on
+            try:
+                waiting_on = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+        else:
+            outcome: Outcome = yield from coro
+            return outcome
+
+
+def _start_eagerly_311(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Outcome]
+) -> Outcome | asyncio.Task[Any]:
+    """The outcome when `coro` finished in its first step, else the task it goes on in.
+
+    3.12's eager start, by hand: the task is created first, and made the current task (in its
+    own context) while the coroutine's first step runs here, so whatever binds to the current
+    task during that step (an anyio cancel scope, `asyncio.timeout`) binds to the task that
+    carries on, never to the caller.
+    """
+    switch = _switch
+    assert switch is not None
+    step = _FirstStep(coro)
+    context = contextvars.copy_context()
+    task = loop.create_task(_carry_on(step), context=context)  # type: ignore[call-arg,unused-ignore]
+    caller = asyncio.current_task(loop)
+    if caller is not None:
+        switch.leave(loop, caller)
+    switch.enter(loop, task)
+    try:
+        step.waiting_on = context.run(coro.send, None)
+    except StopIteration as stop:
+        step.finished, step.outcome = True, stop.value
+    except BaseException:
+        step.finished = True  # the task then ends at once; the exception is the caller's
+        raise
+    finally:
+        switch.leave(loop, task)
+        if caller is not None:
+            switch.enter(loop, caller)
+    return step.outcome if step.finished and step.outcome is not None else task
+
+
+def _start_eagerly_312(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Outcome]
+) -> Outcome | asyncio.Task[Any]:
+    task: asyncio.Task[Outcome] = asyncio.Task(  # type: ignore[call-arg,unused-ignore]
+        coro, loop=loop, eager_start=True
+    )
+    return task.result() if task.done() else task
+
+
+def _start_lazily(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Outcome]
+) -> Outcome | asyncio.Task[Any]:
+    return loop.create_task(coro)  # 3.10: `create_task` takes no context to step it in
+
+
+_switch: _TaskSwitch | None = None
+if sys.version_info >= (3, 12):
+    start_eagerly = _start_eagerly_312
+elif sys.version_info >= (3, 11):
+    _switch = _TaskSwitch()
+    start_eagerly = _start_eagerly_311
+else:  # pragma: no cover
+    start_eagerly = _start_lazily
