@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from .stores.base import Store
+from .stores.base import Store, lease_keeper_store
 
 __all__ = ["IDLE_EXIT", "RETRY_FRACTION", "Lease", "LeaseKeeper"]
 
@@ -302,11 +302,8 @@ class LeaseKeeper:
                     log.warning("lease keeper: closing its store connection failed: %r", exc)
 
     def _open_store(self) -> Store | None:
-        opener = getattr(self._source, "for_lease_keeper", None)
-        if opener is None:
-            return self._source  # a store that is safe to use from another thread's loop
         try:
-            store: Store | None = opener()
+            store: Store | None = lease_keeper_store(self._source)
         except Exception as exc:
             log.error(
                 "lease keeper: %s store could not open a connection of its own (%r); "

@@ -24,8 +24,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
 from ..errors import RefusedError, StoreFullError, StoreUnavailableError
-from ..redaction import redact_url
-from ..stores.base import Claim, Record, Store, ToolWrites, TransactionalStore
+from ..stores.base import Claim, Record, Store, ToolWrites, TransactionalStore, store_info
 from .decision import digest
 
 if TYPE_CHECKING:
@@ -48,11 +47,9 @@ def store_kind(store: Store) -> tuple[str, str | None]:
 
 
 def store_name(store: Store) -> str:
-    """The store's kind, and its safe description when it has one (never a password)."""
-    kind, description = store_kind(store)
-    if description is None:
-        return kind
-    return f"{kind} ({redact_url(description)})"  # a custom store may describe itself by URL
+    """The store's kind, and its safe description when it has one (never a password):
+    `Store.info().description`, or for a store without `info()` what it would have said."""
+    return store_info(store).description
 
 
 class StoreFailure(StoreUnavailableError):
