@@ -297,13 +297,22 @@ def install(
     )
     from .adapters import adapt
 
-    installation = adapt(
+    # The skeleton every adapter shares: the adapter hooks the SDK and says where the shared
+    # steps attach; the Installation is built, and those steps run, here.
+    adapted = adapt(
         server,
         engine,
         declare_field=declare_field,
         tool_metadata=advertise_tool_metadata,
         replay_authorization=replay_authorization,
     )
+    installation = Installation(
+        server=server, engine=engine, adapter=adapted.kind, _list_tools=adapted.list_tools
+    )
+    installation.hook_lifespan(adapted.lifespan_owner)  # the store is checked at start-up
+    installation.hook_transports(*adapted.transport_owners)  # their end waits for calls in flight
+    for watch in adapted.watchers:
+        watch(installation)
     installation.shutdown_grace = grace
     setattr(server, _ATTR, installation)
     return installation
