@@ -54,10 +54,11 @@ def probe(sdk: str, internals: Iterable[Internal]) -> None:
             raise changed(sdk, internal.name)
 
 
-def set_by(init: Callable[..., object], name: str) -> Internal:
-    """The internal `name` (dotted; its last part an attribute) that `init` assigns."""
+def set_by(init: Callable[[], Callable[..., object]], name: str) -> Internal:
+    """The internal `name` (dotted; its last part an attribute) that the function `init()`
+    returns assigns; looked up when probed, so the probe sees the class as it is then."""
     attribute = name.rsplit(".", 1)[-1]
-    return Internal(name, lambda: sets_attribute(init, attribute))
+    return Internal(name, lambda: sets_attribute(init(), attribute))
 
 
 def sets_attribute(init: Callable[..., object], attribute: str) -> bool:

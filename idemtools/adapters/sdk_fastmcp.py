@@ -53,8 +53,8 @@ INTERNALS: tuple[Internal, ...] = (
             or sets_attribute(FastMCP.__init__, "_mcp_server")
         ),
     ),
-    set_by(FastMCPProviderTool.__init__, "FastMCPProviderTool._server"),
-    set_by(FastMCPProviderTool.__init__, "FastMCPProviderTool._original_name"),
+    set_by(lambda: FastMCPProviderTool.__init__, "FastMCPProviderTool._server"),
+    set_by(lambda: FastMCPProviderTool.__init__, "FastMCPProviderTool._original_name"),
     Internal(
         "fastmcp.server.context.set_transport / reset_transport",
         lambda: callable(_context.set_transport) and callable(_context.reset_transport),

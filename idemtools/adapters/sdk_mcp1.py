@@ -25,7 +25,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.session import ServerSession
 from mcp.shared import memory
 
-from ._contact import Internal, set_by, sets_attribute
+from ._contact import Internal, sets_attribute
 from ._contact import probe as _probe
 
 __all__ = [
@@ -65,12 +65,7 @@ def _memory_runs_server() -> bool:
 
 
 INTERNALS: tuple[Internal, ...] = (
-    set_by(FastMCP.__init__, "mcp.server.fastmcp.FastMCP._mcp_server"),
-    set_by(FastMCP.__init__, "mcp.server.fastmcp.FastMCP._tool_manager"),
-    set_by(FastMCP.__init__, "mcp.server.fastmcp.FastMCP._token_verifier"),
     Internal("mcp.server.lowlevel.Server._handle_request(message, req, ...)", _dispatch_signature),
-    set_by(Server.__init__, "mcp.server.lowlevel.Server.request_handlers"),
-    set_by(Server.__init__, "mcp.server.lowlevel.Server.lifespan"),
     Internal(
         "mcp.server.session.ServerSession.client_params",
         lambda: isinstance(ServerSession.client_params, property),
@@ -80,19 +75,40 @@ INTERNALS: tuple[Internal, ...] = (
 
 
 def probe(server: Any, lowlevel: Server) -> None:
-    """Raise `InstallError` naming the first internal this mcp release lacks or changed."""
-    _probe(SDK, INTERNALS)
+    """Raise `InstallError` naming the first internal this mcp release lacks or changed: the
+    instance's own attributes first, then the classes' (`INTERNALS`)."""
+    _probe(
+        SDK,
+        (
+            Internal(
+                "mcp.server.lowlevel.Server.request_handlers",
+                lambda: isinstance(lowlevel.request_handlers, dict),
+            ),
+            Internal("mcp.server.lowlevel.Server.lifespan", lambda: callable(lowlevel.lifespan)),
+        ),
+    )
     if isinstance(server, FastMCP):
         _probe(
             SDK,
             (
                 Internal(
-                    "FastMCP._tool_manager.get_tool",
-                    lambda: callable(server._tool_manager.get_tool),
+                    "mcp.server.fastmcp.FastMCP._tool_manager",
+                    lambda: (
+                        callable(server._tool_manager.get_tool)
+                        and callable(server._tool_manager.list_tools)
+                    ),
                 ),
-                Internal("FastMCP._mcp_server", lambda: server._mcp_server is lowlevel),
+                Internal(
+                    "mcp.server.fastmcp.FastMCP._mcp_server",
+                    lambda: server._mcp_server is lowlevel,
+                ),
+                Internal(
+                    "mcp.server.fastmcp.FastMCP._token_verifier",
+                    lambda: hasattr(server, "_token_verifier"),
+                ),
             ),
         )
+    _probe(SDK, INTERNALS)
 
 
 def lowlevel_of(server: Any) -> Server | None:

@@ -62,16 +62,11 @@ def _has_field(cls: Any, name: str) -> bool:
 
 
 INTERNALS: tuple[Internal, ...] = (
-    set_by(MCPServer.__init__, "mcp.server.mcpserver.MCPServer._lowlevel_server"),
-    set_by(MCPServer.__init__, "mcp.server.mcpserver.MCPServer._tool_manager"),
-    set_by(MCPServer.__init__, "mcp.server.mcpserver.MCPServer._token_verifier"),
-    set_by(Server.__init__, "mcp.server.lowlevel.Server.middleware"),
-    set_by(Server.__init__, "mcp.server.lowlevel.Server.lifespan"),
     Internal(
         "mcp.server.lowlevel.Server.server_info_stamp", lambda: hasattr(Server, "server_info_stamp")
     ),
-    set_by(ServerSession.__init__, "mcp.server.session.ServerSession._connection"),
-    set_by(ServerSession.__init__, "mcp.server.session.ServerSession._request_outbound"),
+    set_by(lambda: ServerSession.__init__, "mcp.server.session.ServerSession._connection"),
+    set_by(lambda: ServerSession.__init__, "mcp.server.session.ServerSession._request_outbound"),
     Internal(
         "mcp.server.runner._NoServerRequestsDispatchContext._inner",
         lambda: _has_field(_NO_SERVER_REQUESTS, "_inner"),
@@ -81,7 +76,7 @@ INTERNALS: tuple[Internal, ...] = (
         lambda: _has_field(_JSONRPC_CONTEXT, "_dispatcher"),
     ),
     set_by(
-        _jsonrpc.JSONRPCDispatcher.__init__,
+        lambda: _jsonrpc.JSONRPCDispatcher.__init__,
         "mcp.shared.jsonrpc_dispatcher.JSONRPCDispatcher._write_stream",
     ),
     Internal(
@@ -92,19 +87,40 @@ INTERNALS: tuple[Internal, ...] = (
 
 
 def probe(server: Any, lowlevel: Server[Any]) -> None:
-    """Raise `InstallError` naming the first internal this mcp release lacks or changed."""
-    _probe(SDK, INTERNALS)
+    """Raise `InstallError` naming the first internal this mcp release lacks or changed: the
+    instance's own attributes first, then the classes' (`INTERNALS`)."""
+    _probe(
+        SDK,
+        (
+            Internal(
+                "mcp.server.lowlevel.Server.middleware",
+                lambda: isinstance(lowlevel.middleware, list),
+            ),
+            Internal("mcp.server.lowlevel.Server.lifespan", lambda: callable(lowlevel.lifespan)),
+        ),
+    )
     if isinstance(server, MCPServer):
         _probe(
             SDK,
             (
                 Internal(
-                    "MCPServer._tool_manager.get_tool",
-                    lambda: callable(server._tool_manager.get_tool),
+                    "mcp.server.mcpserver.MCPServer._tool_manager",
+                    lambda: (
+                        callable(server._tool_manager.get_tool)
+                        and callable(server._tool_manager.list_tools)
+                    ),
                 ),
-                Internal("MCPServer._lowlevel_server", lambda: server._lowlevel_server is lowlevel),
+                Internal(
+                    "mcp.server.mcpserver.MCPServer._lowlevel_server",
+                    lambda: server._lowlevel_server is lowlevel,
+                ),
+                Internal(
+                    "mcp.server.mcpserver.MCPServer._token_verifier",
+                    lambda: hasattr(server, "_token_verifier"),
+                ),
             ),
         )
+    _probe(SDK, INTERNALS)
 
 
 def lowlevel_of(server: Any) -> Server[Any] | None:
