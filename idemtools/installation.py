@@ -269,7 +269,9 @@ def install(
 
     Raises:
         InstallError: the server type is not supported, idemtools is already installed on it,
-            or the SDK would drop the key; never returns a silently unprotected server.
+            the SDK would drop the key, or an SDK internal idemtools relies on is missing or
+            changed in the installed release (the error names it; nothing was hooked); never
+            returns a silently unprotected server.
     """
     if replay_authorization not in (None, "skip_middleware"):
         raise ValueError(

@@ -18,7 +18,7 @@ from ..errors import InstallError
 
 if TYPE_CHECKING:
     from ..engine import Engine
-    from ._adapted import Adapted, ServingSink
+    from ._adapted import Adapted, SDKLine, ServingSink
 
 __all__ = ["SDK2", "adapt", "lowlevel_of", "sdk_line"]
 
@@ -115,7 +115,7 @@ def adapt(
 
 
 def _with_watch(
-    adapted: Adapted, server: Any, lowlevel: Any, sdk: Any, *, modern_era: bool
+    adapted: Adapted, server: Any, lowlevel: Any, sdk: SDKLine, *, modern_era: bool
 ) -> Adapted:
     """FastMCP (mcp 1.x) and MCPServer (mcp 2.x): note the transport their runners serve, so
     that scopes that cannot work there are warned about at start-up (`scope_fit`)."""

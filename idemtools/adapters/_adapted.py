@@ -14,10 +14,28 @@ from typing import Any, Protocol
 from ..policy import Policy
 from ..scope_fit import Serving
 
-__all__ = ["Adapted", "ListTools", "ServingSink"]
+__all__ = ["Adapted", "ListTools", "SDKLine", "ServingSink"]
 
 ListTools = Callable[[], Awaitable[list[tuple[str, Policy | None, dict[str, Any] | None]]]]
 """Every tool the server lists: (name, its own policy or None, its input schema or None)."""
+
+
+class SDKLine(Protocol):
+    """The small per-SDK protocol of the install skeleton: what `adapters.adapt` asks of an
+    SDK line's accessor module (`sdk_mcp1`, `sdk_mcp2`) besides its adapter."""
+
+    SDK: str
+    """The release, as error messages name it ("mcp 1.30.0")."""
+
+    def lowlevel_of(self, server: Any) -> Any:
+        """The low-level server that dispatches for `server`, or None: not this line's."""
+
+    def probe(self, server: Any, lowlevel: Any) -> None:
+        """`InstallError` naming the first internal this release lacks or changed."""
+
+    def token_verifier_set(self, server: Any) -> bool: ...
+
+    def stateless_http(self, server: Any) -> bool: ...
 
 
 class ServingSink(Protocol):
