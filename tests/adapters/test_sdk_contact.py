@@ -158,3 +158,27 @@ def test_fastmcp_mounted_tool_internal_removed_fails_install(monkeypatch: Any) -
     with pytest.raises(InstallError, match=r"FastMCPProviderTool\._original_name"):
         idemtools.install(server)
     assert idemtools.installation_of(server) is None
+
+
+@pytest.mark.skipif(not SDK2, reason="an mcp 2.x live-session internal")
+async def test_mcp2_keyed_call_fails_closed_when_a_live_session_internal_is_gone(
+    monkeypatch: Any,
+) -> None:
+    """The same message as at install, as the keyed call's error; the tool does not run."""
+    from idemtools.adapters import sdk_mcp2
+    from idemtools.adapters._contact import changed
+
+    from .test_install import _lowlevel_server, _twice
+
+    runs: list[int] = []
+    server = _lowlevel_server(runs)
+    idemtools.install(server)
+
+    def gone(session: Any) -> Any:
+        raise changed(sdk_mcp2.SDK, "mcp.server.session.ServerSession._connection")
+
+    monkeypatch.setattr(sdk_mcp2, "connection", gone)
+    first, again = await _twice(server, "k-gone")
+    for answer in (first, again):
+        assert "ServerSession._connection is missing or changed" in answer["error"]["message"]
+    assert runs == []
