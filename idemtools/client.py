@@ -20,9 +20,11 @@ run a retry twice, so the call is refused with `IdempotencyNotSupportedError` un
 `Client`), or an async callable returning one: with a callable, a lost transport is replaced by a
 new connection and the call retried there with the same key.
 
-Importing this module declares `idempotencyKey` on the SDK's `CallToolRequestParams` and, on mcp
-2.x, `idempotency` on `ToolsCapability`, so that keys reach the wire and the capability can be
-read. Import it before connecting.
+Importing this module changes nothing a server sees: keys are sent with a request model of the
+client's own (the SDK's `CallToolRequestParams` stays as it is). On mcp 2.x it declares
+`idempotency` on `ToolsCapability`, which the client reads from the server's `initialize` answer
+and which serializes to nothing when unset (`idemtools.adapters.patches`). Import it before
+connecting.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import Any
 
 import anyio
 
-from .adapters import SDK2
+from .adapters import SDK2, patches
 from .engine import key_digest
 from .errors import (
     IdempotencyNotSupportedError,
@@ -64,11 +66,9 @@ log = logging.getLogger("idemtools.client")
 
 if SDK2:
     from .adapters import mcp2 as _sdk
-
-    _sdk.declare_capability_field()
 else:
     from .adapters import mcp1 as _sdk
-_sdk.declare_key_field()
+patches.declare_capability_field()  # read when the session connects; a no-op on mcp 1.x
 
 SessionSource = Any | Callable[[], Awaitable[Any]]
 

@@ -269,7 +269,9 @@ def install(
 
     Raises:
         InstallError: the server type is not supported, idemtools is already installed on it,
-            or the SDK would drop the key; never returns a silently unprotected server.
+            the SDK would drop the key, or an SDK internal idemtools relies on is missing or
+            changed in the installed release (the error names it; nothing was hooked); never
+            returns a silently unprotected server.
     """
     if replay_authorization not in (None, "skip_middleware"):
         raise ValueError(
@@ -297,13 +299,22 @@ def install(
     )
     from .adapters import adapt
 
-    installation = adapt(
+    # The skeleton every adapter shares: the adapter hooks the SDK and says where the shared
+    # steps attach; the Installation is built, and those steps run, here.
+    adapted = adapt(
         server,
         engine,
         declare_field=declare_field,
         tool_metadata=advertise_tool_metadata,
         replay_authorization=replay_authorization,
     )
+    installation = Installation(
+        server=server, engine=engine, adapter=adapted.kind, _list_tools=adapted.list_tools
+    )
+    installation.hook_lifespan(adapted.lifespan_owner)  # the store is checked at start-up
+    installation.hook_transports(*adapted.transport_owners)  # their end waits for calls in flight
+    for watch in adapted.watchers:
+        watch(installation)
     installation.shutdown_grace = grace
     setattr(server, _ATTR, installation)
     return installation

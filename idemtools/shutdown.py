@@ -41,18 +41,34 @@ import logging
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
-
-if TYPE_CHECKING:
-    from .installation import Installation
 
 __all__ = ["SHUTDOWN_SIGNALS", "hook_transports", "serving"]
 
 log = logging.getLogger("idemtools")
 
 SHUTDOWN_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+
+
+class _Executing(Protocol):
+    @property
+    def executing(self) -> int: ...
+
+
+class Installation(Protocol):
+    """What a shutdown needs of an `idemtools.Installation`: typed structurally, so that this
+    module imports no `installation` (which imports this one when it hooks transports)."""
+
+    @property
+    def engine(self) -> _Executing: ...
+
+    @property
+    def shutdown_grace(self) -> float | None: ...
+
+    async def aclose(self, grace: float | None = None) -> None: ...
+
 
 _RUNNERS = ("run_stdio_async",)
 """Coroutine methods that serve one transport for the whole process and return when it ends."""

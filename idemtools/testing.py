@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .adapters import SDK2
+from .adapters import SDK2, lowlevel_of
 from .client import NO_RETRY, advertises_idempotency, call_tool
 from .errors import RefusedError
 from .installation import installation_of
@@ -76,7 +76,7 @@ async def connect(server: Any) -> AsyncIterator[Any]:
     else:
         from mcp.shared.memory import create_connected_server_and_client_session
 
-        lowlevel = getattr(server, "_mcp_server", server)
+        lowlevel = lowlevel_of(server) or server
         async with create_connected_server_and_client_session(lowlevel) as session:
             yield session
 

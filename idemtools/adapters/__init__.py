@@ -18,9 +18,9 @@ from ..errors import InstallError
 
 if TYPE_CHECKING:
     from ..engine import Engine
-    from ..installation import Installation
+    from ._adapted import Adapted, SDKLine, ServingSink
 
-__all__ = ["SDK2", "adapt", "sdk_line"]
+__all__ = ["SDK2", "adapt", "lowlevel_of", "sdk_line"]
 
 
 def sdk_line() -> int:
@@ -46,18 +46,27 @@ def adapt(
     declare_field: bool,
     tool_metadata: bool = False,
     replay_authorization: str | None = None,
-) -> Installation:
-    lowlevel = getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", None)
-    target = lowlevel if lowlevel is not None else server
+) -> Adapted:
+    """Hook `server` with the adapter of its type; `installation.install` builds the rest.
+
+    The per-SDK protocol every adapter follows: its `sdk_*` module finds the low-level server
+    (`lowlevel_of`) and probes the internals it reads (`probe`: `InstallError` naming a
+    changed one, before anything is hooked); the adapter hooks the server and returns an
+    `Adapted` value.
+    """
+    from ._adapted import Adapted
+
     if SDK2 and _is_fastmcp(server):
         # The mcp2 middleware with FastMCP's tool lookup: composed here, so that neither
         # adapter imports the other.
-        from . import fastmcp, mcp2
+        from . import fastmcp, mcp2, sdk_fastmcp
 
+        sdk_fastmcp.probe(server)
+        target = sdk_fastmcp.lowlevel_of(server)
         tools = fastmcp.FastMCPTools(
             server, skip_middleware=replay_authorization == "skip_middleware"
         )
-        installation = mcp2.adapt(
+        adapted = mcp2.adapt(
             server,
             target,
             engine,
@@ -69,25 +78,35 @@ def adapt(
             list_tools=tools.listing,
         )
         fastmcp.finish(target)
-        fastmcp.watch(server, installation)
-        return installation
+        return Adapted(
+            adapted.kind,
+            adapted.list_tools,
+            adapted.lifespan_owner,
+            adapted.transport_owners,
+            watchers=(lambda sink: fastmcp.watch(server, sink),),
+        )
     if SDK2:
-        if isinstance(getattr(target, "middleware", None), list):
+        from . import sdk_mcp2
+
+        lowlevel = sdk_mcp2.lowlevel_of(server)
+        if lowlevel is not None:
             from .mcp2 import adapt as adapt2
 
-            installation = adapt2(
-                server, target, engine, declare_field=declare_field, tool_metadata=tool_metadata
+            adapted = adapt2(
+                server, lowlevel, engine, declare_field=declare_field, tool_metadata=tool_metadata
             )
-            _watch_sdk_server(server, target, installation, modern_era=True)
-            return installation
-    elif isinstance(getattr(target, "request_handlers", None), dict):
-        from .mcp1 import adapt as adapt1
+            return _with_watch(adapted, server, lowlevel, sdk_mcp2, modern_era=True)
+    else:
+        from . import sdk_mcp1
 
-        installation = adapt1(
-            server, target, engine, declare_field=declare_field, tool_metadata=tool_metadata
-        )
-        _watch_sdk_server(server, target, installation, modern_era=False)
-        return installation
+        lowlevel1 = sdk_mcp1.lowlevel_of(server)
+        if lowlevel1 is not None:
+            from .mcp1 import adapt as adapt1
+
+            adapted = adapt1(
+                server, lowlevel1, engine, declare_field=declare_field, tool_metadata=tool_metadata
+            )
+            return _with_watch(adapted, server, lowlevel1, sdk_mcp1, modern_era=False)
     raise InstallError(
         f"idemtools cannot install on {type(server).__name__}: expected FastMCP or the low-level "
         "Server (mcp 1.x), or MCPServer, the low-level Server or a standalone FastMCP 4.x server "
@@ -95,20 +114,45 @@ def adapt(
     )
 
 
-def _watch_sdk_server(
-    server: Any, lowlevel: Any, installation: Installation, *, modern_era: bool
-) -> None:
+def _with_watch(
+    adapted: Adapted, server: Any, lowlevel: Any, sdk: SDKLine, *, modern_era: bool
+) -> Adapted:
     """FastMCP (mcp 1.x) and MCPServer (mcp 2.x): note the transport their runners serve, so
     that scopes that cannot work there are warned about at start-up (`scope_fit`)."""
     if server is lowlevel:  # a low-level Server: its transport is the caller's own code
-        return
+        return adapted
+    from ._adapted import Adapted
     from ._serving import watch_entry_points
 
-    settings = getattr(server, "settings", None)
-    watch_entry_points(
-        server,
-        installation,
-        authenticated=lambda: getattr(server, "_token_verifier", None) is not None,
-        stateless_default=lambda: bool(getattr(settings, "stateless_http", False)),
-        modern_era=modern_era,
+    def watch(sink: ServingSink) -> None:
+        watch_entry_points(
+            server,
+            sink,
+            authenticated=lambda: bool(sdk.token_verifier_set(server)),
+            stateless_default=lambda: bool(sdk.stateless_http(server)),
+            modern_era=modern_era,
+        )
+
+    return Adapted(
+        adapted.kind,
+        adapted.list_tools,
+        adapted.lifespan_owner,
+        adapted.transport_owners,
+        watchers=(watch,),
     )
+
+
+def lowlevel_of(server: Any) -> Any:
+    """The low-level server that dispatches for `server` (itself if it is one), else None."""
+    if SDK2:
+        if _is_fastmcp(server):
+            from . import sdk_fastmcp
+
+            return sdk_fastmcp.lowlevel_of(server)
+        from . import sdk_mcp2
+
+        return sdk_mcp2.lowlevel_of(server)
+    else:
+        from . import sdk_mcp1
+
+        return sdk_mcp1.lowlevel_of(server)

@@ -1,7 +1,7 @@
 """Where a server reveals its transport: its stdio runner and its HTTP/SSE app builders.
 
 Shared by the adapters of FastMCP (mcp 1.x), MCPServer (mcp 2.x) and FastMCP 4.x, which name
-these entry points alike. Each wrapper only notes what is served (`Installation.note_serving`);
+these entry points alike. Each wrapper only notes what is served (`ServingSink.note_serving`);
 the scopes are checked when the server starts (`scope_fit`), never on a call.
 """
 
@@ -11,19 +11,17 @@ import contextlib
 import functools
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..scope_fit import Serving
-
-if TYPE_CHECKING:
-    from ..installation import Installation
+from ._adapted import ServingSink
 
 __all__ = ["watch_entry_points"]
 
 
 def watch_entry_points(
     server: Any,
-    installation: Installation,
+    installation: ServingSink,
     *,
     authenticated: Callable[[], bool],
     stateless_default: Callable[[], bool],
@@ -63,7 +61,7 @@ def watch_entry_points(
 
 def _http_builder(
     builder: Callable[..., Any],
-    installation: Installation,
+    installation: ServingSink,
     authenticated: Callable[[], bool],
     stateless_default: Callable[[], bool],
     modern_era: bool,

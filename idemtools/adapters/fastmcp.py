@@ -40,7 +40,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -51,7 +50,8 @@ from ..errors import InstallError
 from ..outcome import Outcome
 from ..policy import Policy, policy_of
 from ..scopes import declared_local_transport, local_transport
-from . import _fields
+from . import _fields, patches
+from . import sdk_fastmcp as sdk
 
 if TYPE_CHECKING:
     from ..engine import Engine, ToolCall
@@ -65,8 +65,6 @@ _KEYED_CALL: ContextVar[bool] = ContextVar("idemtools_fastmcp_keyed_call", defau
 
 _MAX_HOPS = 16
 """Tool wrappers followed at most to find the function behind a tool (mount depth, renames)."""
-
-_FASTMCP_MEMORY_CALLERS = ("fastmcp/client/transports/memory.py",)
 
 
 async def tool_policy(tool: Any) -> Policy | None:
@@ -86,9 +84,8 @@ async def tool_policy(tool: Any) -> Policy | None:
         if parent is not None:
             tool = parent
             continue
-        child = getattr(tool, "_server", None)
-        original = getattr(tool, "_original_name", None)
-        if child is not None and isinstance(original, str) and hasattr(child, "get_tool"):
+        child, original = sdk.mounted(tool)
+        if child is not None and original is not None and hasattr(child, "get_tool"):
             tool = await child.get_tool(original)
             continue
         return None
@@ -314,7 +311,7 @@ def _child_server(tool: Any) -> Any:
     for _ in range(_MAX_HOPS):
         if tool is None:
             return None
-        child = getattr(tool, "_server", None)
+        child, _ = sdk.mounted(tool)
         if isinstance(child, FastMCP):
             return child
         tool = getattr(tool, "parent_tool", None)
@@ -332,8 +329,8 @@ def _guard(server: Any) -> None:
     task-creation result) is part of the execution and recorded. A mounted server is guarded
     when a call first reaches it, so servers mounted after `install()` are covered too.
     """
-    compose = getattr(server, "_compose_tool_call_interceptors", None)
-    if callable(compose):
+    compose = sdk.compose_interceptors(server)
+    if compose is not None:
         if getattr(compose, "__idemtools_guard__", False):
             return
 
@@ -401,37 +398,12 @@ async def _innermost(
         _PENDING.reset(inner)
 
 
-def _bypass_response_cache() -> None:
-    """Make `ResponseCachingMiddleware.on_call_tool` step aside during a keyed call (once).
-
-    Why on the class: the cache may sit in the chain of any server, mounted ones included,
-    and may be added after `install()`. Outside a keyed call it behaves exactly as before.
-    """
-    try:
-        from fastmcp.server.middleware.caching import ResponseCachingMiddleware
-    except ImportError:  # a fastmcp without the caching middleware: nothing to step around
-        return
-    original = ResponseCachingMiddleware.on_call_tool
-    if getattr(original, "__idemtools_bypass__", False):
-        return
-
-    @functools.wraps(original)
-    async def on_call_tool(self: Any, context: Any, call_next: Any) -> Any:
-        if _KEYED_CALL.get():
-            return await call_next(context)
-        return await original(self, context, call_next)
-
-    setattr(on_call_tool, "__idemtools_bypass__", True)  # noqa: B010
-    setattr(ResponseCachingMiddleware, "on_call_tool", on_call_tool)  # noqa: B010
-
-
 def _mark_memory_transport(lowlevel: Any) -> None:
     """`Client(server)` (FastMCP's in-memory transport) serves a local, in-process client."""
     inner = lowlevel.run
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
-        if declared_local_transport() is None and caller.endswith(_FASTMCP_MEMORY_CALLERS):
+        if declared_local_transport() is None and sdk.called_from_memory_transport(1):
             with local_transport("memory"):  # read by the mcp2 wrapper when it is called
                 return inner(*args, **kwargs)
         return inner(*args, **kwargs)
@@ -445,16 +417,11 @@ def _all_components_visible() -> Iterator[None]:
 
     FastMCP skips component `auth=` checks on stdio (the local user is trusted there).
     """
-    try:
-        from fastmcp.server.context import reset_transport, set_transport
-    except ImportError:
-        yield
-        return
-    token = set_transport("stdio")
+    token = sdk.set_transport("stdio")
     try:
         yield
     finally:
-        reset_transport(token)
+        sdk.reset_transport(token)
 
 
 def issuer(server: Any) -> str | None:
@@ -466,7 +433,7 @@ def finish(lowlevel: Any) -> None:
     """After the mcp2 adapter hooked `lowlevel`: what FastMCP needs besides."""
     lowlevel.middleware.insert(0, _Edge())
     _mark_memory_transport(lowlevel)
-    _bypass_response_cache()
+    patches.bypass_response_cache(_KEYED_CALL.get)
 
 
 def watch(server: Any, installation: Any) -> None:

@@ -3,10 +3,11 @@
 Interception point: `Server.request_handlers[CallToolRequest]`, the one place that sees the
 params (and so the key), runs before tool lookup and input validation, can answer without running
 the tool, and can raise `McpError` to send a real JSON-RPC error. FastMCP registers it in its
-constructor; a low-level server when `@server.call_tool()` runs. The handler dict is replaced by a
-guard that wraps whatever `tools/call` handler is registered later, so installing early or
-re-registering never leaves the server unprotected. The capability is added by wrapping the
-instance's `get_capabilities`, which every transport's `initialize` goes through.
+constructor; a low-level server when `@server.call_tool()` runs. The handler is wrapped where
+dispatch looks it up (`sdk_mcp1.guard_dispatch`), so a handler registered or swapped later, by
+any means (`[k] = v`, `update`, `|=`, a new dict), is wrapped before it runs. The capability is
+added by wrapping the instance's `get_capabilities`, which every transport's `initialize` goes
+through.
 
 Auth: the current request's token is `request_context.request.scope["user"].access_token`.
 `get_access_token()` is NOT used: on stateful HTTP it reports the token that created the session.
@@ -17,7 +18,6 @@ header (on stateless HTTP any value passes; on SSE the real session is in the qu
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -29,7 +29,6 @@ from mcp.shared.exceptions import McpError
 
 from ..engine import Engine, ToolCall
 from ..errors import InstallError
-from ..installation import Installation
 from ..outcome import Outcome
 from ..policy import TOOL_META_KEY, Policy, policy_of
 from ..policy import tool_metadata as policy_tool_metadata
@@ -41,7 +40,10 @@ from ..scopes import (
     sdk_session_id,
 )
 from . import _fields
+from . import sdk_mcp1 as sdk
+from ._adapted import Adapted
 from ._auth import auth_info, configured_issuer
+from .patches import declare_key_field
 
 __all__ = ["adapt", "declare_key_field"]
 
@@ -51,18 +53,6 @@ Handler = Callable[[Any], Awaitable[Any]]
 _MARK = "__idemtools_wrapped__"
 _LIST_PAGE_CAP = 100
 """Pages of `tools/list` read at most when checking whether a tool exists."""
-
-
-def declare_key_field() -> None:
-    """Declare `idempotencyKey` (attribute `idempotency_key`) on mcp 1.x `CallToolRequestParams`."""
-    _fields.declare(
-        types.CallToolRequestParams,
-        [
-            lambda: types.CallToolRequestParams.model_rebuild(force=True),
-            lambda: types.CallToolRequest.model_rebuild(force=True),
-            lambda: types.ClientRequest.model_rebuild(force=True),
-        ],
-    )
 
 
 def _self_test(declared: bool) -> None:
@@ -90,9 +80,8 @@ def _context(lowlevel: Any, issuer: str | None, name: str, arguments: Any) -> Ca
     "unknown". session: the SDK's `ServerSession` object, once it completed the handshake
     (a stateless HTTP request gets a fresh, never-initialized one: no session).
     """
-    try:
-        rc = lowlevel.request_context
-    except LookupError:
+    rc = sdk.request_context(lowlevel)
+    if rc is None:
         return CallContext(tool=name, arguments=arguments)
     request = getattr(rc, "request", None)
     auth = None
@@ -105,7 +94,7 @@ def _context(lowlevel: Any, issuer: str | None, name: str, arguments: Any) -> Ca
     else:
         transport = declared_local_transport() or "unknown"
     session = getattr(rc, "session", None)
-    handshaken = session is not None and getattr(session, "client_params", None) is not None
+    handshaken = sdk.handshaken(session)
     return CallContext(
         transport=transport,
         auth=auth,
@@ -135,8 +124,7 @@ def _mark_local_entry_points(server: Any, lowlevel: Any) -> None:
     original_run = lowlevel.run
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
-        if declared_local_transport() is None and caller.endswith("mcp/shared/memory.py"):
+        if declared_local_transport() is None and sdk.called_from_sdk_memory(1):
             return _run_local("memory", original_run(*args, **kwargs))
         return original_run(*args, **kwargs)
 
@@ -155,44 +143,16 @@ def _result_model(result: dict[str, Any]) -> type[Any]:
     return types.CallToolResult
 
 
-class _Guard(dict):  # type: ignore[type-arg]
-    """`request_handlers` that wraps any `tools/call` handler registered after install()
-    (and the `tools/list` handler, when tool metadata is published)."""
-
-    def __init__(
-        self, base: dict[Any, Any], wraps: dict[Any, Callable[[Handler], Handler]]
-    ) -> None:
-        super().__init__(base)
-        self._wraps = wraps
-        for request_type in wraps:
-            if request_type in self:
-                self[request_type] = self[request_type]
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        wrap = self._wraps.get(key)
-        if wrap is not None and not getattr(value, _MARK, False):
-            value = wrap(value)
-        super().__setitem__(key, value)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        for k, v in dict(*args, **kwargs).items():
-            self[k] = v
-
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        if key not in self:
-            self[key] = default
-        return self[key]
-
-
 def adapt(
     server: Any, lowlevel: Any, engine: Engine, *, declare_field: bool, tool_metadata: bool = False
-) -> Installation:
+) -> Adapted:
     if getattr(lowlevel, "__idemtools_guard__", False):
         raise InstallError("idemtools is already installed on this server")
+    sdk.probe(server, lowlevel)  # fail closed on a changed internal, before hooking anything
     if declare_field:
         declare_key_field()
     _self_test(declare_field)
-    tool_manager = getattr(server, "_tool_manager", None)
+    tool_manager = sdk.tool_manager(server)
     issuer = configured_issuer(server)
     _mark_local_entry_points(server, lowlevel)
 
@@ -302,14 +262,14 @@ def adapt(
     wraps: dict[Any, Callable[[Handler], Handler]] = {types.CallToolRequest: wrap}
     if tool_metadata:
         wraps[types.ListToolsRequest] = wrap_list
-    guard = _Guard(lowlevel.request_handlers, wraps)
-    lowlevel.request_handlers = guard
+    for request_type, wrap_one in wraps.items():  # wrapped now, and again at dispatch if replaced
+        handler = lowlevel.request_handlers.get(request_type)
+        if handler is not None and not getattr(handler, _MARK, False):
+            lowlevel.request_handlers[request_type] = wrap_one(handler)
+    sdk.guard_dispatch(lowlevel, wraps)
     original_caps = lowlevel.get_capabilities
 
     def get_capabilities(*args: Any, **kwargs: Any) -> Any:
-        # Every initialize passes here: re-guard a handler dict someone replaced wholesale.
-        if not isinstance(lowlevel.request_handlers, _Guard):
-            lowlevel.request_handlers = _Guard(lowlevel.request_handlers, wraps)
         caps = original_caps(*args, **kwargs)
         if caps.tools is not None:
             tools = caps.tools.model_dump(by_alias=True, exclude_none=True)
@@ -331,10 +291,7 @@ def adapt(
         return [(t.name, None, t.inputSchema) for t in getattr(result, "root", result).tools]
 
     kind = "mcp1.fastmcp" if tool_manager is not None else "mcp1.lowlevel"
-    installation = Installation(server=server, engine=engine, adapter=kind, _list_tools=list_tools)
-    installation.hook_lifespan(lowlevel)  # the store is checked once, when the server starts
-    installation.hook_transports(server, lowlevel)  # their end waits for the calls in flight
-    return installation
+    return Adapted(kind, list_tools, lifespan_owner=lowlevel, transport_owners=(server, lowlevel))
 
 
 # -- client side -------------------------------------------------------------------------------
@@ -349,8 +306,9 @@ CONNECTION_CLOSED_CODES = frozenset({types.CONNECTION_CLOSED})
 async def send_call(
     session: Any, name: str, arguments: dict[str, Any] | None, key: str, read_timeout: float | None
 ) -> types.CallToolResult:
-    """Send one keyed `tools/call`; `ClientSession.call_tool` cannot carry extra params."""
-    declare_key_field()
+    """Send one keyed `tools/call`; `ClientSession.call_tool` cannot carry extra params.
+
+    No patch needed: 1.x params keep unknown fields, so the key rides as an extra."""
     params = types.CallToolRequestParams.model_validate(
         {"name": name, "arguments": arguments, _fields.WIRE_NAME: key}
     )

@@ -16,8 +16,8 @@ retries across eras still gets a well-formed answer and never a second execution
 
 from __future__ import annotations
 
+import functools
 import logging
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -31,7 +31,6 @@ from pydantic import ValidationError
 
 from ..engine import Engine, ToolCall
 from ..errors import InstallError
-from ..installation import Installation
 from ..outcome import Outcome
 from ..policy import TOOL_META_KEY, Policy, policy_of
 from ..policy import tool_metadata as policy_tool_metadata
@@ -44,7 +43,11 @@ from ..scopes import (
     sdk_session_id,
 )
 from . import _fields
+from . import sdk_mcp2 as sdk
+from ._adapted import Adapted, ListTools
 from ._auth import auth_info, configured_issuer
+from ._contact import SDKContactError
+from .patches import declare_key_field
 
 __all__ = ["IdempotencyMiddleware", "ToolLookup", "adapt", "declare_key_field"]
 
@@ -52,18 +55,6 @@ log = logging.getLogger("idemtools")
 
 _LIST_PAGE_CAP = 100
 """Pages of `tools/list` read at most when checking whether a tool exists."""
-
-
-def declare_key_field() -> None:
-    """Declare `idempotencyKey` (attribute `idempotency_key`) on mcp 2.x `CallToolRequestParams`."""
-    _fields.declare(
-        types.CallToolRequestParams,
-        [
-            lambda: types.CallToolRequestParams.model_rebuild(force=True),
-            lambda: types.CallToolRequest.model_rebuild(force=True),
-            lambda: types.client_request_adapter.rebuild(force=True),
-        ],
-    )
 
 
 def _self_test() -> None:
@@ -90,14 +81,13 @@ def _token(ctx: Any) -> Any:
 def _transport(ctx: Any) -> Transport:
     if ctx.request is not None:
         return "http" if getattr(ctx.request, "scope", {}).get("type") == "http" else "unknown"
-    outbound = getattr(ctx.session, "_request_outbound", None)
     # The 2026-07-28 era over a stream pair wraps the loop's context (no server requests).
-    outbound = getattr(outbound, "_inner", outbound)
-    kind = getattr(getattr(outbound, "transport", None), "kind", None)
+    outbound = sdk.outbound(ctx.session)
+    kind = outbound.transport.kind  # public: the dispatch context's transport metadata
     if kind == DIRECT_TRANSPORT_KIND:  # the SDK's in-process Client: no wire at all
         return "memory"
     if kind == "jsonrpc":  # a stream pair: local only when identified as such
-        stream = getattr(getattr(outbound, "_dispatcher", None), "_write_stream", None)
+        stream = sdk.write_stream(outbound)
         entry = _LOCAL_STREAMS.get(id(stream)) if stream is not None else None
         if entry is not None and entry[0] is stream:
             return entry[1]
@@ -111,9 +101,9 @@ def _session_id(ctx: Any) -> str | None:
     with no handshake, and the 2026-07-28 era has no sessions: None, never a header."""
     if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
         return None
-    connection = getattr(ctx.session, "_connection", None)
-    if connection is None or getattr(connection, "client_params", None) is None:
+    if ctx.session.client_params is None:  # public on ServerSession: no handshake, no session
         return None
+    connection = sdk.connection(ctx.session)
     return sdk_session_id(connection)
 
 
@@ -370,13 +360,12 @@ class IdempotencyMiddleware:
                 final = False  # an unknown tool ran nothing: answered, not recorded
             return Outcome(result=result, final=final)
 
-        call = ToolCall(
-            name=name,
-            arguments=arguments,
-            key=key,
-            context=_context(ctx, self.issuer, name, arguments),
-            policy=policy,
-        )
+        try:
+            context = _context(ctx, self.issuer, name, arguments)
+        except SDKContactError as exc:  # a live-session internal is gone: fail closed
+            log.error("%s", exc)
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
+        call = ToolCall(name=name, arguments=arguments, key=key, context=context, policy=policy)
         decide = self.decide
         if decide is not None:
             outcome = await decide(self.engine, call, run)
@@ -394,8 +383,6 @@ class IdempotencyMiddleware:
 
 _LOCAL_STREAMS: dict[int, tuple[Any, LocalTransport]] = {}
 """id(write stream) → (the stream, its local transport), while a local `Server.run` serves it."""
-
-_SDK_MEMORY_CALLERS = ("mcp/client/_memory.py", "mcp/shared/memory.py")
 
 
 def _mark_local_entry_points(server: Any, lowlevel: Any) -> None:
@@ -420,8 +407,7 @@ def _mark_local_entry_points(server: Any, lowlevel: Any) -> None:
     def run(*args: Any, **kwargs: Any) -> Any:
         kind = declared_local_transport()
         if kind is None:
-            caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
-            kind = "memory" if caller.endswith(_SDK_MEMORY_CALLERS) else None
+            kind = "memory" if sdk.called_from_sdk_memory(1) else None
         coro = original_run(*args, **kwargs)
         stream = args[1] if len(args) > 1 else kwargs.get("write_stream")
         if kind is None or stream is None:
@@ -476,17 +462,17 @@ def adapt(
     lookup: ToolLookup | None = None,
     issuer: str | None = None,
     kind: str | None = None,
-    list_tools: Callable[[], Awaitable[list[tuple[str, Policy | None, dict[str, Any] | None]]]]
-    | None = None,
-) -> Installation:
+    list_tools: ListTools | None = None,
+) -> Adapted:
     """Hook `lowlevel`; `lookup`, `issuer`, `kind` and `list_tools` let a framework built on
     this SDK line (FastMCP) bring its own tools and auth (see `ToolLookup`)."""
     if any(isinstance(m, IdempotencyMiddleware) for m in lowlevel.middleware):
         raise InstallError("idemtools is already installed on this server")
+    sdk.probe(server, lowlevel)  # fail closed on a changed internal, before hooking anything
     if declare_field:
         declare_key_field()
         _self_test()
-    tool_manager = getattr(server, "_tool_manager", None)
+    tool_manager = sdk.tool_manager(server)
     middleware = IdempotencyMiddleware(
         lowlevel,
         engine,
@@ -516,12 +502,12 @@ def adapt(
 
     if kind is None:
         kind = "mcp2.mcpserver" if tool_manager is not None else "mcp2.lowlevel"
-    installation = Installation(
-        server=server, engine=engine, adapter=kind, _list_tools=list_tools or sdk_list_tools
+    return Adapted(
+        kind,
+        list_tools or sdk_list_tools,
+        lifespan_owner=lowlevel,
+        transport_owners=(server, lowlevel),
     )
-    installation.hook_lifespan(lowlevel)  # the store is checked once, when the server starts
-    installation.hook_transports(server, lowlevel)  # their end waits for the calls in flight
-    return installation
 
 
 async def _listed_tools(
@@ -564,40 +550,34 @@ UNKNOWN_OUTCOME_CODES = frozenset({408, types.REQUEST_TIMEOUT, REQUEST_CANCELLED
 CONNECTION_CLOSED_CODES = frozenset({types.CONNECTION_CLOSED})
 
 
-def declare_capability_field() -> None:
-    """Let a 2.x client read `capabilities.tools.idempotency` (the typed model drops it)."""
-    fields = types.ToolsCapability.__pydantic_fields__
-    if "idempotency" in fields:
-        return
+@functools.cache
+def _keyed_request_models() -> tuple[Any, Any]:
+    """`CallToolRequestParams` / `CallToolRequest` subclasses that carry `idempotencyKey`."""
     from pydantic import Field
-    from pydantic.fields import FieldInfo
 
-    fields["idempotency"] = FieldInfo.from_annotated_attribute(
-        dict[str, Any] | None,  # type: ignore[arg-type]
-        Field(default=None),
-    )
-    types.ToolsCapability.__annotations__["idempotency"] = dict[str, Any] | None
-    for model in (
-        types.ToolsCapability,
-        types.ServerCapabilities,
-        types.InitializeResult,
-        types.DiscoverResult,
-    ):
-        model.model_rebuild(force=True)
-    types.server_result_adapter.rebuild(force=True)
+    class KeyedParams(types.CallToolRequestParams):
+        idempotency_key: str | None = Field(default=None, alias="idempotencyKey")
+
+    class KeyedRequest(types.CallToolRequest):
+        params: KeyedParams
+
+    return KeyedParams, KeyedRequest
 
 
 async def send_call(
     session: Any, name: str, arguments: dict[str, Any] | None, key: str, read_timeout: float | None
 ) -> types.CallToolResult:
-    """Send one keyed `tools/call`; `call_tool` cannot carry extra params."""
-    declare_key_field()
+    """Send one keyed `tools/call`; `call_tool` cannot carry extra params.
+
+    Sent as a subclass of the SDK's request that declares the key, so the client patches no
+    SDK class (a server in the same process parses requests exactly as before)."""
     session = getattr(session, "session", session)  # a `Client` holds its ClientSession
-    params = types.CallToolRequestParams.model_validate(
+    params_cls, request_cls = _keyed_request_models()
+    params = params_cls.model_validate(
         {"name": name, "arguments": arguments, _fields.WIRE_NAME: key}, by_name=False
     )
     result: types.CallToolResult = await session.send_request(
-        types.CallToolRequest(params=params),
+        request_cls(params=params),
         types.CallToolResult,
         request_read_timeout_seconds=read_timeout,
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from ..adapters import SDK2
+from ..adapters import SDK2, lowlevel_of
 from ..errors import InstallError
 from ..installation import installation_of
 from .contract import (
@@ -212,8 +212,8 @@ def _takes_name(add_tool: Any) -> bool:
 
 def add(server: Any) -> None:
     counters = _Counters()
-    lowlevel = getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", None)
-    if lowlevel is not None and hasattr(server, "add_tool"):
+    lowlevel = lowlevel_of(server)
+    if lowlevel is not None and lowlevel is not server and hasattr(server, "add_tool"):
         _add_high_level(server if _takes_name(server.add_tool) else _Fastmcp4(server), counters)
     elif SDK2 and hasattr(server, "add_request_handler"):
         _add_lowlevel2(server, counters)

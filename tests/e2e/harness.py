@@ -25,6 +25,7 @@ from mcp.shared.message import SessionMessage
 
 import idemtools
 from idemtools import idempotent, shared
+from idemtools.adapters import lowlevel_of as sdk_lowlevel_of
 from idemtools.stores.base import Store
 
 LINE = 2 if importlib.util.find_spec("mcp_types") is not None else 1
@@ -157,7 +158,7 @@ def make_app(
 
 
 def lowlevel_of(server: Any) -> Any:
-    return getattr(server, "_lowlevel_server", None) or getattr(server, "_mcp_server", server)
+    return sdk_lowlevel_of(server) or server
 
 
 # -- in-memory raw wire (the SDK's stream loop, 2025-11-25 handshake) ---------------------------

@@ -11,7 +11,7 @@ import pytest
 import idemtools
 from idemtools import Policy, shared
 
-from .harness import LINE, App, memory_wire
+from ..e2e.harness import LINE, App, memory_wire
 
 pytestmark = pytest.mark.skipif(LINE != 2, reason="the server middleware chain is mcp 2.x only")
 

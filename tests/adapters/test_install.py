@@ -9,7 +9,7 @@ import pytest
 import idemtools
 from idemtools import InstallError
 
-from .harness import LINE, error_type, make_app, memory_wire, result_text, types
+from ..e2e.harness import LINE, error_type, make_app, memory_wire, result_text, types
 
 
 def test_install_twice_is_refused() -> None:
