@@ -25,7 +25,6 @@ from typing import Any
 import anyio
 
 from .conformance import cli as conformance_cli
-from .proxy import cli as proxy_cli
 from .docs import (
     DocsError,
     SpecError,
@@ -35,6 +34,7 @@ from .docs import (
     render_json,
     render_markdown,
 )
+from .proxy import cli as proxy_cli
 
 __all__ = ["main"]
 

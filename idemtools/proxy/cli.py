@@ -37,8 +37,10 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", metavar="FILE", help="TOML: default policy, per-tool rules")
     parser.add_argument(
-        "--store", metavar="URL", help="idempotency store (default memory://; e.g. "
-        "sqlite:///var/lib/proxy.db, redis://127.0.0.1:6379/0)"
+        "--store",
+        metavar="URL",
+        help="idempotency store (default memory://; e.g. "
+        "sqlite:///var/lib/proxy.db, redis://127.0.0.1:6379/0)",
     )
     parser.add_argument(
         "--retention", metavar="DURATION", help="default retention: seconds or 90s/15m/24h/7d"
@@ -55,9 +57,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         default=None,
         help="forward idempotencyKey to the upstream too (default: stripped)",
     )
-    parser.add_argument(
-        "--log-level", default="WARNING", help="stderr log level (default WARNING)"
-    )
+    parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
     parser.add_argument(
         "upstream_command", nargs="*", metavar="-- COMMAND", help="the stdio upstream"
     )

@@ -23,6 +23,7 @@ must not silently leave the default in place.
 from __future__ import annotations
 
 import fnmatch
+import importlib
 import re
 import sys
 from collections.abc import Mapping
@@ -33,10 +34,8 @@ from typing import Any
 from ..policy import DEFAULT_MAX_RUNTIME, Policy
 from .scope import AuthRule, scope_named
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10: the `proxy` extra brings tomli
-    import tomli as tomllib
+# Python 3.10 has no tomllib: the `proxy` extra brings tomli, the same parser under its old name.
+tomllib: Any = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
 __all__ = ["ConfigError", "ProxyConfig", "ToolRule", "duration", "load"]
 
@@ -140,9 +139,7 @@ def _policy(table: Mapping[str, Any], base: Policy, where: str) -> Policy:
     if "lease" in table:
         policy = replace(policy, lease=duration(table["lease"], f"{where}.lease"))
     if "max_runtime" in table:
-        policy = replace(
-            policy, max_runtime=duration(table["max_runtime"], f"{where}.max_runtime")
-        )
+        policy = replace(policy, max_runtime=duration(table["max_runtime"], f"{where}.max_runtime"))
     if "scope" in table:
         try:
             policy = replace(policy, scope=scope_named(str(table["scope"])))

@@ -142,7 +142,9 @@ class KeyedCalls:
             return _with_id(await upstream.request("tools/call", params, timeout=None), rid)
         policy = self.config.policy_for(name)
         key = params[KEY]
-        forwarded = params if self.config.forward_key else {k: v for k, v in params.items() if k != KEY}
+        forwarded = (
+            params if self.config.forward_key else {k: v for k, v in params.items() if k != KEY}
+        )
 
         async def run() -> Outcome:
             try:
@@ -191,4 +193,3 @@ def response(rid: Any, outcome: Outcome) -> dict[str, Any]:
 
 def _with_id(reply: Mapping[str, Any], rid: Any) -> dict[str, Any]:
     return {**reply, "id": rid}
-

@@ -104,7 +104,9 @@ class StdioUpstream:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.pending[rid] = future
         try:
-            await self.send(dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}))
+            await self.send(
+                dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+            )
             try:
                 return await asyncio.wait_for(future, timeout)
             except asyncio.TimeoutError:  # a distinct class on Python 3.10
@@ -131,9 +133,7 @@ class StdioUpstream:
                 future.set_exception(UpstreamLost(reason))
 
 
-async def _client_streams(
-    stdin: BinaryIO, stdout: BinaryIO
-) -> tuple[asyncio.StreamReader, Any]:
+async def _client_streams(stdin: BinaryIO, stdout: BinaryIO) -> tuple[asyncio.StreamReader, Any]:
     """Non-blocking reader and writer over the proxy's own stdin and stdout.
 
     Pipes (how hosts start stdio servers) go through the event loop; anything else (a file, a

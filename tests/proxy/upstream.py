@@ -1,0 +1,174 @@
+"""A raw JSON-RPC MCP server for the proxy tests: no SDK, no idemtools, starts in milliseconds.
+
+`python upstream.py LOG` serves stdio. Every message it receives is appended to LOG as one JSON
+line (so a test can count executions across processes and see exactly what was forwarded).
+Tools:
+- `record {label}`: counts executions; answers `{"label", "executions"}` as text.
+- `slow {label, ms}`: the same after sleeping `ms` milliseconds (on a thread, so the server
+  keeps reading), with a progress notification when the request carries a progressToken.
+- `fail {label}`: a JSON-RPC error with data (the tool's own error: recorded and replayed).
+- `die {label}`: counts, then the process exits at once (exit status 3), answering nothing.
+- `sample {label}`: asks the client for `sampling/createMessage`, answers with its reply.
+Anything else in tools/call: JSON-RPC error -32602 "Unknown tool" (and not in tools/list).
+`resources/list`, `prompts/get`, `ping` answer fixed values; `notifications/*` are only logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+LOG = sys.argv[1] if len(sys.argv) > 1 else os.devnull
+OUT = threading.Lock()
+COUNTS: dict[str, int] = {}
+WAITING: dict[Any, threading.Event] = {}
+REPLIES: dict[Any, Any] = {}
+TOOLS = [
+    {"name": n, "inputSchema": {"type": "object", "properties": {"label": {"type": "string"}}}}
+    for n in ("record", "slow", "fail", "die", "sample")
+]
+
+
+def send(message: dict[str, Any]) -> None:
+    with OUT:
+        sys.stdout.write(json.dumps(message, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+
+def log(message: Any) -> None:
+    with OUT, open(LOG, "a", encoding="utf-8") as file:
+        file.write(json.dumps(message) + "\n")
+
+
+def count(label: str) -> int:
+    with OUT:
+        COUNTS[label] = COUNTS.get(label, 0) + 1
+        return COUNTS[label]
+
+
+def text(label: str, executions: int) -> dict[str, Any]:
+    body = json.dumps({"label": label, "executions": executions})
+    return {"content": [{"type": "text", "text": body}], "isError": False}
+
+
+def call(rid: Any, params: dict[str, Any]) -> None:
+    name = params.get("name")
+    args = params.get("arguments") or {}
+    label = str(args.get("label"))
+    if name not in {t["name"] for t in TOOLS}:
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "error": {"code": -32602, "message": f"Unknown tool: {name}"},
+            }
+        )
+        return
+    executions = count(label)
+    if name == "die":
+        os._exit(3)
+    if name == "slow":
+        token = (params.get("_meta") or {}).get("progressToken")
+        if token is not None:
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/progress",
+                    "params": {"progressToken": token, "progress": 0.5, "total": 1.0},
+                }
+            )
+        time.sleep(float(args.get("ms", 0)) / 1000)
+    if name == "fail":
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "error": {
+                    "code": 1001,
+                    "message": f"fail {label}",
+                    "data": {"executions": executions},
+                },
+            }
+        )
+        return
+    if name == "sample":
+        sid = f"s-{rid}"
+        WAITING[sid] = threading.Event()
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": sid,
+                "method": "sampling/createMessage",
+                "params": {
+                    "messages": [{"role": "user", "content": {"type": "text", "text": label}}],
+                    "maxTokens": 5,
+                },
+            }
+        )
+        WAITING[sid].wait(10)
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "result": {
+                    "content": [{"type": "text", "text": json.dumps(REPLIES.get(sid))}],
+                    "isError": False,
+                },
+            }
+        )
+        return
+    send({"jsonrpc": "2.0", "id": rid, "result": text(label, executions)})
+
+
+def main() -> None:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        log(message)
+        method, rid = message.get("method"), message.get("id")
+        if method is None:  # an answer to our own request (sampling)
+            REPLIES[rid] = message.get("result")
+            if rid in WAITING:
+                WAITING[rid].set()
+            continue
+        if rid is None:
+            continue  # notifications: logged only
+        if method == "initialize":
+            result: Any = {
+                "protocolVersion": message["params"].get("protocolVersion", "2025-11-25"),
+                "capabilities": {"tools": {"listChanged": True}, "resources": {}, "prompts": {}},
+                "serverInfo": {"name": "raw-upstream", "version": "1.0"},
+                "instructions": "caf\u00e9 \u2603 1.0e3",
+            }
+        elif method == "tools/list":
+            result = {"tools": TOOLS}
+        elif method == "resources/list":
+            result = {"resources": [{"uri": "test://a", "name": "a", "mimeType": "text/plain"}]}
+        elif method == "prompts/get":
+            result = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]}
+        elif method == "ping":
+            result = {}
+        elif method == "tools/call":
+            threading.Thread(
+                target=call, args=(rid, message.get("params") or {}), daemon=True
+            ).start()
+            continue
+        else:
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": rid,
+                    "error": {"code": -32601, "message": "Method not found"},
+                }
+            )
+            continue
+        send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+if __name__ == "__main__":
+    main()
