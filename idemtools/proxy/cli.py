@@ -57,6 +57,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         default=None,
         help="forward idempotencyKey to the upstream too (default: stripped)",
     )
+    http = parser.add_argument_group("Streamable HTTP")
+    http.add_argument("--upstream", metavar="URL", help="the upstream's MCP endpoint URL")
+    http.add_argument("--listen", metavar="HOST:PORT", help="where the proxy serves HTTP")
+    http.add_argument("--issuer", metavar="URL", help="verify bearer JWTs from this issuer")
+    http.add_argument("--jwks-url", metavar="URL", help="the issuer's JWKS (https:// or file://)")
+    http.add_argument("--audience", metavar="AUD", help="the audience the JWTs must carry")
     parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
     parser.add_argument(
         "upstream_command", nargs="*", metavar="-- COMMAND", help="the stdio upstream"
@@ -67,7 +73,6 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     """Run the proxy for parsed arguments; returns the exit code."""
     from .config import ConfigError, ProxyConfig, duration, load
-    from .stdio import serve_stdio
 
     logging.basicConfig(
         stream=sys.stderr, level=str(args.log_level).upper(), format="idemtools proxy: %(message)s"
@@ -86,11 +91,50 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"idemtools proxy: error: {exc}", file=sys.stderr)
         return 2
-    if not command:
-        print("idemtools proxy: error: no upstream: -- COMMAND [ARGS...]", file=sys.stderr)
-        return 2
     try:
+        if args.upstream is not None or args.listen is not None:
+            return _http(args, command, config)
+        if not command:
+            print("idemtools proxy: error: no upstream: -- COMMAND [ARGS...]", file=sys.stderr)
+            return 2
+        if args.issuer or args.jwks_url:
+            print("idemtools proxy: error: --issuer/--jwks-url are for HTTP", file=sys.stderr)
+            return 2
+        from .stdio import serve_stdio
+
         return asyncio.run(serve_stdio(command, config))
-    except ValueError as exc:  # a store URL from_url refuses
+    except ValueError as exc:  # a store URL from_url refuses, a malformed --upstream
         print(f"idemtools proxy: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _http(args: argparse.Namespace, command: list[str], config: Any) -> int:
+    from .http import serve_http
+
+    if command or not (args.upstream and args.listen) or ":" not in args.listen:
+        print(
+            "idemtools proxy: error: HTTP takes --upstream URL and --listen HOST:PORT, "
+            "and no COMMAND",
+            file=sys.stderr,
+        )
+        return 2
+    verifier = None
+    if args.issuer or args.jwks_url:
+        if not (args.issuer and args.jwks_url):
+            print("idemtools proxy: error: --issuer needs --jwks-url", file=sys.stderr)
+            return 2
+        from .auth import JwtVerifier
+
+        verifier = JwtVerifier(args.issuer, args.jwks_url, args.audience)
+    log = logging.getLogger("idemtools.proxy")
+    if "token-hash" in config.scope_names:
+        log.warning(
+            "--scope token-hash: a replay is authorized by possessing the same credential; "
+            "a rotated token is a new scope (docs/proxy.md, Scope)"
+        )
+    elif verifier is None and config.scope_names & {"subject", "client"}:
+        log.warning(
+            "no --issuer/--jwks-url: keyed calls over HTTP are refused "
+            "(idempotency_scope_unavailable) unless a tool's scope is token-hash or shared"
+        )
+    return asyncio.run(serve_http(args.upstream, args.listen, config, verifier))

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..policy import DEFAULT_MAX_RUNTIME, Policy
-from .scope import AuthRule, scope_named
+from .scope import AuthRule, scope_name, scope_named
 
 # Python 3.10 has no tomllib: the `proxy` extra brings tomli, the same parser under its old name.
 tomllib: Any = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
@@ -121,7 +121,7 @@ class ProxyConfig:
 
     @property
     def scope_names(self) -> set[str]:
-        return {getattr(p.scope, "proxy_name", "") for _, p in self.policies()}
+        return {scope_name(p.scope) for _, p in self.policies()}
 
 
 def _policy(table: Mapping[str, Any], base: Policy, where: str) -> Policy:
