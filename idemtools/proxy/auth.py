@@ -12,8 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
+
+import httpx
 
 from ..scopes import AuthInfo, CallContext
 from .scope import RequestInfo, credential_hash
@@ -22,13 +29,16 @@ __all__ = ["JwtVerifier", "http_context"]
 
 log = logging.getLogger("idemtools.proxy")
 
+_KEYS_LIFETIME = 300.0  # seconds a fetched JWKS is trusted: key rotation is seen within it
+_REFETCH_AFTER = 5.0  # an unknown kid re-reads the JWKS at most this often
 _ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"]
 
 
 class JwtVerifier:
     """Verifies bearer JWTs against an issuer's JWKS (PyJWT, the `proxy` extra).
 
-    Keys are cached (five minutes) and fetched off the event loop; `jwks_url` may be
+    Keys are cached (five minutes; an unknown `kid` re-reads them) and fetched off the event
+    loop; `jwks_url` may be
     `https://...` or, for tests and air-gapped hosts, `file:///path/jwks.json`.
     """
 
@@ -38,21 +48,46 @@ class JwtVerifier:
         self._jwt = jwt
         self.issuer = issuer
         self.audience = audience
-        self._keys = jwt.PyJWKClient(jwks_url, cache_keys=True, lifespan=300)
+        self.jwks_url = jwks_url
+        self._keys: dict[str, Any] = {}
+        self._fetched = 0.0
+        self._lock = threading.Lock()
+
+    def _fetch(self) -> None:
+        """(Re)read the JWKS: at most every few seconds, so unknown `kid`s cannot flood it."""
+        now = time.monotonic()
+        if self._keys and now - self._fetched < _REFETCH_AFTER:
+            return
+        parts = urlsplit(self.jwks_url)
+        if parts.scheme == "file":
+            data = Path(url2pathname(parts.path)).read_text(encoding="utf-8")
+        else:
+            answer = httpx.get(self.jwks_url, timeout=10, follow_redirects=False)
+            answer.raise_for_status()
+            data = answer.text
+        keys = self._jwt.PyJWKSet.from_json(data).keys
+        self._keys = {str(k.key_id): k for k in keys}
+        self._fetched = now
+
+    def _key(self, kid: str) -> Any:
+        with self._lock:
+            if kid not in self._keys or time.monotonic() - self._fetched > _KEYS_LIFETIME:
+                self._fetch()
+            return self._keys[kid].key
 
     def _verify(self, token: str) -> dict[str, Any] | None:
         jwt = self._jwt
         try:
-            key = self._keys.get_signing_key_from_jwt(token).key
+            kid = jwt.get_unverified_header(token).get("kid")
             claims: dict[str, Any] = jwt.decode(
                 token,
-                key,
+                self._key(str(kid)),
                 algorithms=_ALGORITHMS,
                 audience=self.audience,
                 issuer=self.issuer,
                 options={"require": ["exp", "iss", "sub"], "verify_aud": self.audience is not None},
             )
-        except (jwt.PyJWTError, OSError, ValueError) as exc:
+        except (jwt.PyJWTError, OSError, ValueError, KeyError, httpx.HTTPError) as exc:
             log.info("bearer token refused: %s", type(exc).__name__)
             return None
         return claims

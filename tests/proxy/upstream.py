@@ -1,7 +1,9 @@
 """A raw JSON-RPC MCP server for the proxy tests: no SDK, no idemtools, starts in milliseconds.
 
-`python upstream.py LOG` serves stdio. Every message it receives is appended to LOG as one JSON
-line (so a test can count executions across processes and see exactly what was forwarded).
+`python upstream.py LOG` serves stdio; `python upstream.py LOG --http PORT` serves plain
+JSON over HTTP POST on 127.0.0.1 (no sessions, no auth: the proxy in front verifies callers).
+Every message it receives is appended to LOG as one JSON line (so a test can count executions
+across processes and see exactly what was forwarded).
 Tools:
 - `record {label}`: counts executions; answers `{"label", "executions"}` as text.
 - `slow {label, ms}`: the same after sleeping `ms` milliseconds (on a thread, so the server
@@ -33,7 +35,14 @@ TOOLS = [
 ]
 
 
+SINK = threading.local()  # HTTP mode: the request thread's answer goes to its response
+
+
 def send(message: dict[str, Any]) -> None:
+    sink = getattr(SINK, "messages", None)
+    if sink is not None:
+        sink.append(message)
+        return
     with OUT:
         sys.stdout.write(json.dumps(message, separators=(",", ":")) + "\n")
         sys.stdout.flush()
@@ -124,7 +133,43 @@ def call(rid: Any, params: dict[str, Any]) -> None:
     send({"jsonrpc": "2.0", "id": rid, "result": text(label, executions)})
 
 
+def serve_http(port: int) -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            message = json.loads(body)
+            log({**message, "headers": {"authorization": self.headers.get("authorization")}})
+            SINK.messages = []
+            try:
+                if message.get("id") is None:
+                    self.send_response(202)
+                    self.end_headers()
+                    return
+                if message.get("method") == "tools/call":
+                    call(message["id"], message.get("params") or {})
+                else:
+                    dispatch(message)
+                data = json.dumps(SINK.messages[-1]).encode()
+            finally:
+                SINK.messages = None
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+
+
 def main() -> None:
+    if "--http" in sys.argv:
+        serve_http(int(sys.argv[sys.argv.index("--http") + 1]))
+        return
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -138,36 +183,41 @@ def main() -> None:
             continue
         if rid is None:
             continue  # notifications: logged only
-        if method == "initialize":
-            result: Any = {
-                "protocolVersion": message["params"].get("protocolVersion", "2025-11-25"),
-                "capabilities": {"tools": {"listChanged": True}, "resources": {}, "prompts": {}},
-                "serverInfo": {"name": "raw-upstream", "version": "1.0"},
-                "instructions": "caf\u00e9 \u2603 1.0e3",
-            }
-        elif method == "tools/list":
-            result = {"tools": TOOLS}
-        elif method == "resources/list":
-            result = {"resources": [{"uri": "test://a", "name": "a", "mimeType": "text/plain"}]}
-        elif method == "prompts/get":
-            result = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]}
-        elif method == "ping":
-            result = {}
-        elif method == "tools/call":
+        if method == "tools/call":
             threading.Thread(
                 target=call, args=(rid, message.get("params") or {}), daemon=True
             ).start()
             continue
-        else:
-            send(
-                {
-                    "jsonrpc": "2.0",
-                    "id": rid,
-                    "error": {"code": -32601, "message": "Method not found"},
-                }
-            )
-            continue
-        send({"jsonrpc": "2.0", "id": rid, "result": result})
+        dispatch(message)
+
+
+def dispatch(message: dict[str, Any]) -> None:
+    method, rid = message.get("method"), message.get("id")
+    if method == "initialize":
+        result: Any = {
+            "protocolVersion": message["params"].get("protocolVersion", "2025-11-25"),
+            "capabilities": {"tools": {"listChanged": True}, "resources": {}, "prompts": {}},
+            "serverInfo": {"name": "raw-upstream", "version": "1.0"},
+            "instructions": "caf\u00e9 \u2603 1.0e3",
+        }
+    elif method == "tools/list":
+        result = {"tools": TOOLS}
+    elif method == "resources/list":
+        result = {"resources": [{"uri": "test://a", "name": "a", "mimeType": "text/plain"}]}
+    elif method == "prompts/get":
+        result = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]}
+    elif method == "ping":
+        result = {}
+    else:
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "error": {"code": -32601, "message": "Method not found"},
+            }
+        )
+        return
+    send({"jsonrpc": "2.0", "id": rid, "result": result})
 
 
 if __name__ == "__main__":
