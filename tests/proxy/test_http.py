@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.conformance.kit import ERAS, LEGACY, free_port, run_kit, server_command
+from tests.conformance.test_typescript import TS, node  # noqa: F401  (the fixture)
 
 from .helpers import PY, ROOT, UPSTREAM, executions, received
 
@@ -223,3 +224,31 @@ def test_kit_passes_over_stateful_http_with_sse_answers(tmp_path: Path) -> None:
     assert kit.ids("fail") | kit.ids("blocked") == set(), kit.out
     assert kit.code == 0
     assert kit.check("sep-3182-scope-across-connections")["status"] == "pass"
+
+
+def test_typescript_http_server_fails_alone_and_passes_behind_two_proxies(
+    tmp_path: Path,
+    node: str,  # noqa: F811
+) -> None:
+    """The TypeScript SDK 1.x serves the 2025-11-25 era only: this proof is that era's."""
+    store = f"sqlite:///{tmp_path / 'shared.db'}"
+    ports = [free_port() for _ in range(4)]
+    server = str(TS / "http_server.mjs")
+    with (
+        process([node, server, str(ports[0])], ports[0]),
+        process([node, server, str(ports[1])], ports[1]),
+    ):
+        one, two = (f"http://127.0.0.1:{p}/mcp" for p in ports[:2])
+        alone = run_kit(tmp_path, "--header", ALICE, "--second-header", BOB, one)
+        assert alone.code == 1 and "sep-3182-duplicate-not-executed" in alone.ids("fail")
+        with (
+            process(proxy(one, ports[2], "--scope", "token-hash", "--store", store), ports[2]),
+            process(proxy(two, ports[3], "--scope", "token-hash", "--store", store), ports[3]),
+        ):
+            front, also = (f"http://127.0.0.1:{p}/mcp" for p in ports[2:])
+            kit = run_kit(
+                tmp_path, "--header", ALICE, "--second-header", BOB, "--also", also, front
+            )
+    assert kit.ids("fail") | kit.ids("blocked") == set(), kit.out
+    assert kit.code == 0 and kit.report["summary"]["eras"] == [LEGACY]
+    assert kit.ids("skip") == {"sep-3182-retention-window"}, kit.out
