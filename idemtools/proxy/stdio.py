@@ -48,6 +48,8 @@ MAX_LINE = 64 << 20
 """The longest message (one line) relayed in either direction."""
 ID_PREFIX = "idemtools-proxy:"
 _ADVERTISED = frozenset({"initialize", "server/discover"})
+_CLIENT_MARKERS = (b"idempotencyKey", b"initialize", b"server/discover", b"cancelled", b"\\u")
+_UPSTREAM_MARKERS = (ID_PREFIX.encode(), b"list_changed", b"\\u")
 
 
 def dumps(message: Any) -> bytes:
@@ -259,6 +261,11 @@ class StdioProxy:
         self.stop("the host closed stdin")
 
     async def _client_message(self, line: bytes) -> None:
+        # Most messages need nothing from the proxy: those are relayed without being parsed.
+        # Any \u escape is parsed, so that no spelling of a member name slips past.
+        if not any(marker in line for marker in _CLIENT_MARKERS):
+            await self.upstream.send(line)
+            return
         message = _loads(line) if line.strip() else None
         if isinstance(message, dict):
             method = message.get("method")
@@ -321,6 +328,9 @@ class StdioProxy:
         self.stop("the upstream exited")
 
     async def _upstream_message(self, line: bytes) -> None:
+        if not self.advertising and not any(marker in line for marker in _UPSTREAM_MARKERS):
+            await self._write_client(line)
+            return
         message = _loads(line) if line.strip() else None
         if isinstance(message, dict):
             if self.upstream.answered(message):
