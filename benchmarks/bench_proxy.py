@@ -172,9 +172,8 @@ def main() -> None:
             ]
             through.close()
     base = {t: v[0] for t, row, v in results if row == "direct, unkeyed"}
-    print(
-        f"{args.calls} sequential calls per row, store {args.store}, node {subprocess.check_output([node, '--version']).decode().strip()}"
-    )
+    version = subprocess.check_output([node, "--version"]).decode().strip()
+    print(f"{args.calls} sequential calls per row, store {args.store}, node {version}")
     print("| transport | row | p50 µs | p99 µs | p50 / direct unkeyed |")
     print("|---|---|---:|---:|---:|")
     for transport, row, (p50, p99) in results:
