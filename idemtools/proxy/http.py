@@ -186,6 +186,13 @@ class _CallUpstream:
             await response.aclose()
 
 
+def _flight(headers: list[tuple[str, str]], rid: Any) -> tuple[str, str, str]:
+    """Who sent request `rid`: ids are only unique per session (and caller)."""
+    lowered = {name.lower(): value for name, value in headers}
+    session = lowered.get("mcp-session-id", "")
+    return session, lowered.get("authorization", ""), json.dumps(rid)
+
+
 def _answers(message: Any, rid: Any) -> bool:
     return (
         isinstance(message, dict)
@@ -213,6 +220,9 @@ class HttpProxy:
         self.keyed = KeyedCalls(self.engine, config, self.catalog)
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
         self.ids = itertools.count(1)
+        self.in_flight: dict[tuple[str, str, str], int] = {}
+        """(session, credential, id) of keyed calls being answered: their cancellations stop
+        here."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -255,8 +265,22 @@ class HttpProxy:
         ]
         message_in = _loads(bytes(body)) if scope["method"] == "POST" and body else None
         if isinstance(message_in, dict) and is_keyed(message_in):
-            await self._keyed(message_in, url, headers, send)
+            flight = _flight(headers, message_in.get("id"))
+            self.in_flight[flight] = self.in_flight.get(flight, 0) + 1
+            try:
+                await self._keyed(message_in, url, headers, send)
+            finally:
+                self.in_flight[flight] -= 1
+                if not self.in_flight[flight]:
+                    del self.in_flight[flight]
             return
+        if isinstance(message_in, dict) and message_in.get("method") == "notifications/cancelled":
+            params = message_in.get("params")
+            target = params.get("requestId") if isinstance(params, dict) else None
+            if _flight(headers, target) in self.in_flight:
+                # A keyed call in flight is not cancelled upstream: it finishes and is recorded.
+                await _plain(send, 202, b"")
+                return
         patch = None
         if isinstance(message_in, dict) and message_in.get("method") in _ADVERTISED:
             patch = message_in.get("id")

@@ -252,3 +252,38 @@ def test_typescript_http_server_fails_alone_and_passes_behind_two_proxies(
     assert kit.ids("fail") | kit.ids("blocked") == set(), kit.out
     assert kit.code == 0 and kit.report["summary"]["eras"] == [LEGACY]
     assert kit.ids("skip") == {"sep-3182-retention-window"}, kit.out
+
+
+def test_cancellation_of_a_keyed_call_over_http_is_not_forwarded(
+    tmp_path: Path, raw: tuple[Path, int]
+) -> None:
+    import threading
+
+    log, up = raw
+    port = free_port()
+    with process(proxy(f"http://127.0.0.1:{up}/mcp", port, "--scope", "token-hash"), port):
+        url = f"http://127.0.0.1:{port}/mcp"
+        answers: list[dict[str, Any]] = []
+        keyed = threading.Thread(
+            target=lambda: answers.append(
+                post(url, call(1, "slow", "k-hc", label="hc", ms=800), "t")
+            )
+        )
+        keyed.start()
+        deadline = time.monotonic() + 10
+        while executions(log, "hc") == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+        headers = {"authorization": "Bearer t", "accept": "application/json, text/event-stream"}
+        assert httpx.post(url, json=cancel, headers=headers, timeout=10).status_code == 202
+        other = {**cancel, "params": {"requestId": 99}}  # not a keyed call in flight: forwarded
+        assert httpx.post(url, json=other, headers=headers, timeout=10).status_code == 202
+        keyed.join(20)
+        assert "result" in answers[0]
+        assert (
+            post(url, call(2, "slow", "k-hc", label="hc", ms=800), "t")["result"]
+            == answers[0]["result"]
+        )
+    cancels = [m for m in received(log) if m.get("method") == "notifications/cancelled"]
+    assert [m["params"]["requestId"] for m in cancels] == [99]
+    assert executions(log, "hc") == 1
