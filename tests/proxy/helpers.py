@@ -59,6 +59,7 @@ class Session:
         )
         self.lines: queue.Queue[bytes] = queue.Queue()
         self.raw: list[bytes] = []
+        self.stash: dict[str, dict[str, Any]] = {}  # answers that came before they were awaited
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
@@ -85,12 +86,14 @@ class Session:
         return message
 
     def answer(self, rid: Any, timeout: float = 15.0) -> dict[str, Any]:
-        """The response to `rid`; other messages are kept in `self.raw`."""
+        """The response to `rid`; other answers wait in `stash`, every line is in `raw`."""
         deadline = time.monotonic() + timeout
-        while True:
+        key = json.dumps(rid)
+        while key not in self.stash:
             message = self.recv(max(0.05, deadline - time.monotonic()))
-            if message.get("id") == rid and "method" not in message:
-                return message
+            if "method" not in message and "id" in message:
+                self.stash[json.dumps(message["id"])] = message
+        return self.stash.pop(key)
 
     def request(self, rid: Any, method: str, params: dict[str, Any] | None = None) -> Any:
         self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params or {}})
