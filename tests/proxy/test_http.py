@@ -20,6 +20,7 @@ import pytest
 from tests.conformance.kit import ERAS, LEGACY, free_port, run_kit, server_command
 from tests.conformance.test_proofs import NO_THROW
 from tests.conformance.test_typescript import TS, node  # noqa: F401  (the fixture)
+from tests.services import RUN_ID, need_redis
 
 from .helpers import PY, ROOT, UPSTREAM, executions, received
 
@@ -28,6 +29,10 @@ pytestmark = pytest.mark.slow
 ISSUER, AUDIENCE = "https://issuer.test", "mcp-proxy-tests"
 ALICE = "Authorization: Bearer demo-alice"
 BOB = "Authorization: Bearer demo-bob"
+
+
+def with_prefix(url: str, prefix: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}prefix={prefix}"
 
 
 def wait_port(port: int, proc: subprocess.Popen[bytes], log: Any) -> None:
@@ -231,8 +236,10 @@ def test_typescript_http_server_fails_alone_and_passes_behind_two_proxies(
     tmp_path: Path,
     node: str,  # noqa: F811
 ) -> None:
-    """The TypeScript SDK 1.x serves the 2025-11-25 era only: this proof is that era's."""
-    store = f"sqlite:///{tmp_path / 'shared.db'}"
+    """The TypeScript SDK 1.x serves the 2025-11-25 era only: this proof is that era's. The two
+    proxies share one Redis, as two library servers would."""
+    store = with_prefix(need_redis(), f"idemtools-proxy-{RUN_ID}-{time.monotonic_ns()}:")
+    shared = ("--scope", "token-hash", "--store", store, "--retention", "120")  # then they go
     ports = [free_port() for _ in range(4)]
     server = str(TS / "http_server.mjs")
     with (
@@ -243,8 +250,8 @@ def test_typescript_http_server_fails_alone_and_passes_behind_two_proxies(
         alone = run_kit(tmp_path, "--header", ALICE, "--second-header", BOB, one)
         assert alone.code == 1 and "sep-3182-duplicate-not-executed" in alone.ids("fail")
         with (
-            process(proxy(one, ports[2], "--scope", "token-hash", "--store", store), ports[2]),
-            process(proxy(two, ports[3], "--scope", "token-hash", "--store", store), ports[3]),
+            process(proxy(one, ports[2], *shared), ports[2]),
+            process(proxy(two, ports[3], *shared), ports[3]),
         ):
             front, also = (f"http://127.0.0.1:{p}/mcp" for p in ports[2:])
             kit = run_kit(
@@ -288,3 +295,53 @@ def test_cancellation_of_a_keyed_call_over_http_is_not_forwarded(
     cancels = [m for m in received(log) if m.get("method") == "notifications/cancelled"]
     assert [m["params"]["requestId"] for m in cancels] == [99]
     assert executions(log, "hc") == 1
+
+
+def test_events_before_a_keyed_answer_reach_the_client_as_sse(
+    tmp_path: Path, raw: tuple[Path, int]
+) -> None:
+    log, up = raw
+    port = free_port()
+    with process(proxy(f"http://127.0.0.1:{up}/mcp", port, "--scope", "token-hash"), port):
+        url = f"http://127.0.0.1:{port}/mcp"
+        message = call(1, "slow", "k-sse", label="sse", ms=10)
+        message["params"]["_meta"] = {"progressToken": "p1"}
+        headers = {"authorization": "Bearer t", "accept": "application/json, text/event-stream"}
+        first = httpx.post(url, json=message, headers=headers, timeout=20)
+        assert first.headers["content-type"].startswith("text/event-stream")
+        events = [
+            json.loads(line[5:]) for line in first.text.splitlines() if line.startswith("data:")
+        ]
+        assert events[0]["method"] == "notifications/progress"
+        assert events[0]["params"]["progressToken"] == "p1"
+        assert events[-1]["id"] == 1 and "result" in events[-1]
+        replay = httpx.post(url, json={**message, "id": 2}, headers=headers, timeout=20)
+        assert replay.headers["content-type"] == "application/json"  # the replay: JSON
+        assert replay.json()["result"] == events[-1]["result"]
+    assert executions(log, "sse") == 1
+
+
+def test_sigterm_mid_call_over_http_finishes_and_records(tmp_path: Path) -> None:
+    import threading
+
+    log, up, port = tmp_path / "log", free_port(), free_port()
+    store = f"sqlite:///{tmp_path / 'proxy.db'}"
+    options = ("--scope", "token-hash", "--store", store)
+    with process(raw_upstream(log, up), up):
+        url = f"http://127.0.0.1:{port}/mcp"
+        with process(proxy(f"http://127.0.0.1:{up}/mcp", port, *options), port) as front:
+            answers: list[dict[str, Any]] = []
+            slow = call(1, "slow", "k-ht", label="ht", ms=1200)
+            keyed = threading.Thread(target=lambda: answers.append(post(url, slow, "t")))
+            keyed.start()
+            deadline = time.monotonic() + 10
+            while executions(log, "ht") == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            front.terminate()
+            keyed.join(20)
+            # uvicorn shuts down gracefully, then re-raises the signal (exit status 143).
+            assert front.wait(20) in (0, -15)
+        assert "result" in answers[0], answers
+        with process(proxy(f"http://127.0.0.1:{up}/mcp", port, *options), port):
+            assert post(url, slow, "t")["result"] == answers[0]["result"]
+    assert executions(log, "ht") == 1

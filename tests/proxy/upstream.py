@@ -1,7 +1,8 @@
 """A raw JSON-RPC MCP server for the proxy tests: no SDK, no idemtools, starts in milliseconds.
 
 `python upstream.py LOG` serves stdio; `python upstream.py LOG --http PORT` serves plain
-JSON over HTTP POST on 127.0.0.1 (no sessions, no auth: the proxy in front verifies callers).
+JSON over HTTP POST on 127.0.0.1 (no sessions, no auth: the proxy in front verifies callers;
+an answer with notifications before it, `slow` with a progressToken, is an SSE stream).
 Every message it receives is appended to LOG as one JSON line (so a test can count executions
 across processes and see exactly what was forwarded).
 Tools:
@@ -154,11 +155,19 @@ def serve_http(port: int) -> None:
                     call(message["id"], message.get("params") or {})
                 else:
                     dispatch(message)
-                data = json.dumps(SINK.messages[-1]).encode()
+                messages = list(SINK.messages)
             finally:
                 SINK.messages = None
             self.send_response(200)
-            self.send_header("content-type", "application/json")
+            if len(messages) > 1:  # notifications before the answer: an SSE stream
+                data = b"".join(
+                    b"event: message\r\ndata: " + json.dumps(m).encode() + b"\r\n\r\n"
+                    for m in messages
+                )
+                self.send_header("content-type", "text/event-stream")
+            else:
+                data = json.dumps(messages[-1]).encode()
+                self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
