@@ -345,3 +345,25 @@ def test_sigterm_mid_call_over_http_finishes_and_records(tmp_path: Path) -> None
         with process(proxy(f"http://127.0.0.1:{up}/mcp", port, *options), port):
             assert post(url, slow, "t")["result"] == answers[0]["result"]
     assert executions(log, "ht") == 1
+
+
+def test_http_refusals_are_relayed_unrecorded_and_5xx_is_outcome_unknown(
+    tmp_path: Path, raw: tuple[Path, int]
+) -> None:
+    log, up = raw
+    port = free_port()
+    with process(proxy(f"http://127.0.0.1:{up}/mcp", port, "--scope", "token-hash"), port):
+        url = f"http://127.0.0.1:{port}/mcp"
+        headers = {"authorization": "Bearer t", "accept": "application/json, text/event-stream"}
+        for rid in (1, 2):  # 401 ran nothing: relayed as it came, and the retry is sent again
+            refused = httpx.post(
+                url, json=call(rid, "record", "k-401", label="r401", status=401), headers=headers
+            )
+            assert refused.status_code == 401 and refused.text == "refused"
+            assert refused.headers["www-authenticate"] == 'Bearer realm="test"'
+        failed = post(url, call(3, "record", "k-503", label="r503", status=503), "t")
+        assert failed["error"]["data"]["type"] == "idempotency_outcome_unknown"
+        again = post(url, call(4, "record", "k-503", label="r503", status=503), "t")
+        assert again["error"] == failed["error"]
+    tried = [m for m in received(log) if m.get("method") == "tools/call"]
+    assert [m["params"]["arguments"]["label"] for m in tried] == ["r401", "r401", "r503"]

@@ -2,7 +2,8 @@
 
 `python upstream.py LOG` serves stdio; `python upstream.py LOG --http PORT` serves plain
 JSON over HTTP POST on 127.0.0.1 (no sessions, no auth: the proxy in front verifies callers;
-an answer with notifications before it, `slow` with a progressToken, is an SSE stream).
+an answer with notifications before it, `slow` with a progressToken, is an SSE stream; a call
+with a `status` argument is answered with that HTTP status and no JSON-RPC).
 Every message it receives is appended to LOG as one JSON line (so a test can count executions
 across processes and see exactly what was forwarded).
 Tools:
@@ -150,6 +151,15 @@ def serve_http(port: int) -> None:
                 if message.get("id") is None:
                     self.send_response(202)
                     self.end_headers()
+                    return
+                status = ((message.get("params") or {}).get("arguments") or {}).get("status")
+                if status is not None:  # the HTTP layer refuses (or fails) without JSON-RPC
+                    self.send_response(int(status))
+                    self.send_header("content-type", "text/plain")
+                    self.send_header("www-authenticate", 'Bearer realm="test"')
+                    self.send_header("content-length", "7")
+                    self.end_headers()
+                    self.wfile.write(b"refused")
                     return
                 if message.get("method") == "tools/call":
                     call(message["id"], message.get("params") or {})
