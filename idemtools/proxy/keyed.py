@@ -26,6 +26,8 @@ __all__ = ["KEY", "KeyedCalls", "ToolCatalog", "Upstream", "advertise", "is_keye
 log = logging.getLogger("idemtools.proxy")
 
 KEY = "idempotencyKey"
+PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
+SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
 _LIST_PAGE_CAP = 100
 
 
@@ -128,6 +130,8 @@ class KeyedCalls:
         self.engine = engine
         self.config = config
         self.catalog = catalog
+        self.server_info: Any = None
+        """The upstream's 2026-07-28 `serverInfo` stamp, from its last answer that had one."""
 
     async def answer(
         self, message: Mapping[str, Any], context: CallContext, upstream: Upstream
@@ -166,7 +170,43 @@ class KeyedCalls:
 
         call = ToolCall(name=name, arguments=arguments, key=key, context=context, policy=policy)
         outcome = await self.engine.handle(call, run)
+        if outcome.result is not None:
+            modern = _modern(params)
+            if not outcome.replayed:
+                self._learn_stamp(outcome.result, modern)
+            else:
+                return {
+                    "jsonrpc": "2.0",
+                    "id": rid,
+                    "result": self._envelope(outcome.result, modern),
+                }
         return response(rid, outcome)
+
+    def _learn_stamp(self, result: Mapping[str, Any], modern: bool) -> None:
+        meta = result.get("_meta")
+        if modern and isinstance(meta, dict) and SERVER_INFO_META_KEY in meta:
+            self.server_info = meta[SERVER_INFO_META_KEY]
+
+    def _envelope(self, result: dict[str, Any], modern: bool) -> dict[str, Any]:
+        """Fit a replayed result to the era of the request replaying it, as the library does:
+        `resultType` and the `serverInfo` stamp exist only in 2026-07-28. A replay in the era
+        it was recorded in is unchanged. `result` was just decoded from the store: ours."""
+        meta = result.get("_meta")
+        if modern:
+            result.setdefault("resultType", "complete")
+            has_stamp = isinstance(meta, dict) and SERVER_INFO_META_KEY in meta
+            if not has_stamp and self.server_info is not None:
+                base = meta if isinstance(meta, dict) else {}
+                result["_meta"] = {**base, SERVER_INFO_META_KEY: self.server_info}
+        else:
+            result.pop("resultType", None)
+            if isinstance(meta, dict) and SERVER_INFO_META_KEY in meta:
+                rest = {k: v for k, v in meta.items() if k != SERVER_INFO_META_KEY}
+                if rest:
+                    result["_meta"] = rest
+                else:
+                    result.pop("_meta")
+        return result
 
     async def _outcome(
         self, reply: Mapping[str, Any], name: str, params: Mapping[str, Any], upstream: Upstream
@@ -182,6 +222,13 @@ class KeyedCalls:
         if final and result.get("isError") is True:
             final = not await self.catalog.unknown(name, upstream, params.get("_meta"))
         return Outcome(result=result, final=final)
+
+
+def _modern(params: Mapping[str, Any]) -> bool:
+    """A 2026-07-28 request: it carries its protocol version in `_meta` (2025-11-25 has a
+    session, negotiated by `initialize`, and no such key)."""
+    meta = params.get("_meta")
+    return isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
 
 
 def response(rid: Any, outcome: Outcome) -> dict[str, Any]:
