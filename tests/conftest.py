@@ -27,9 +27,11 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         cluster.stop()
 
 
-SDK_FREE_DIRS = ("engine", "stores")
-"""Folders whose tests never touch the MCP SDK: the transport-free engine and the stores. A test
-there that does (an end-to-end check beside its unit tests) says so with `@pytest.mark.sdk`."""
+SDK_FREE_DIRS = ("engine", "proxy", "stores")
+"""Folders whose tests never touch the MCP SDK: the transport-free engine, the stores, and the
+proxy (it relays raw JSON-RPC; its upstreams are the TypeScript SDK and a Python server that
+says nothing new per mcp release). A test there that does touch the SDK says so with
+`@pytest.mark.sdk`."""
 
 _TESTS = Path(__file__).resolve().parent
 
