@@ -39,9 +39,9 @@ import collections
 import contextvars
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 
@@ -76,6 +76,8 @@ _UNKNOWN_CODES = frozenset({408, -32001, -32800, -32000})
 _UNKNOWN_TYPES = frozenset({"idempotency_key_in_progress", "idempotency_store_unavailable"})
 _IN_PROGRESS = "idempotency_key_in_progress"
 _MAX_REMEMBERED = 1024
+
+_Self = TypeVar("_Self", bound="KeyedSession")
 
 Outcome = Literal["unsent", "unknown", "in_progress", "definite"]
 
@@ -324,7 +326,7 @@ class KeyedSession:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.wrapped, name)
 
-    async def __aenter__(self) -> KeyedSession:
+    async def __aenter__(self: _Self) -> _Self:
         await self.wrapped.__aenter__()
         return self
 
@@ -355,24 +357,33 @@ class KeyedSession:
         if kwargs.get("input_responses") is not None or kwargs.get("request_state") is not None:
             # An MRTR continuation is outside idempotency (SEP FAQ): it carries no key.
             return await self.wrapped.call_tool(name, arguments, **kwargs)
-        own = idempotency_key
+        key, op = self.choose_key(name, arguments, idempotency_key)
+        return await self.send(self.wrapped.call_tool, name, arguments, key, op, kwargs)
+
+    def choose_key(
+        self, name: str, arguments: Mapping[str, Any] | None, own: str | None
+    ) -> tuple[str, _Operation | None]:
+        """The key for this call: `own`, else `key_for`'s, else the rule's (with its operation)."""
         if own is None and self.key_for is not None:
             own = self.key_for(name, arguments)
-        if own is not None and not isinstance(own, str):
-            raise TypeError(f"idempotency key must be a str, got {type(own).__name__}")
-        op = self.retry_keys.begin(name, arguments) if own is None else None
-        key = own if own is not None else op.key  # type: ignore[union-attr]
-        return await self.send(name, arguments, key, op, kwargs)
+        if own is not None:
+            if not isinstance(own, str):
+                raise TypeError(f"idempotency key must be a str, got {type(own).__name__}")
+            return own, None
+        op = self.retry_keys.begin(name, arguments)
+        return op.key, op
 
     async def send(
         self,
+        method: Callable[..., Awaitable[Any]],
         name: str,
-        arguments: dict[str, Any] | None,
+        arguments: Mapping[str, Any] | None,
         key: str,
         op: _Operation | None,
         kwargs: dict[str, Any],
     ) -> Any:
-        """Send with `key`, wait out in_progress, and file the outcome (unknown keeps `op`)."""
+        """`method(name, arguments, **kwargs)` with `key` on its `tools/call`; in_progress is
+        waited out, and the outcome filed (an unknown one keeps `op`'s key for a retry)."""
         target = _client_session(self.wrapped)
         if self.require_capability and not advertises_idempotency(target):
             if op is not None:
@@ -386,7 +397,7 @@ class KeyedSession:
                 sending = _Sending(target=target, name=name, key=key)
                 token = _SENDING.set(sending)
                 try:
-                    result = await self.wrapped.call_tool(name, arguments, **kwargs)
+                    result = await method(name, arguments, **kwargs)
                     outcome = "definite"
                     return result
                 except BaseException as exc:

@@ -233,7 +233,7 @@ def _rpc(code: int, data: Any = None) -> BaseException:
         return SDK_ERROR(code, "m", data)
     from mcp.types import ErrorData
 
-    return SDK_ERROR(ErrorData(code=code, message="m", data=data))
+    return SDK_ERROR(ErrorData(code=code, message="m", data=data))  # type: ignore[call-arg,arg-type]
 
 
 @pytest.mark.parametrize(
