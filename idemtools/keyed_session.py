@@ -36,10 +36,11 @@ output validation, `Mcp-Param-*` headers — is unchanged. Multi-round-trip cont
 from __future__ import annotations
 
 import collections
+import contextlib
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -56,6 +57,7 @@ __all__ = [
     "KeyedSession",
     "RetryKeys",
     "classify",
+    "operation",
 ]
 
 log = logging.getLogger("idemtools.client")
@@ -140,6 +142,14 @@ class _Operation:
     key: str
     started: float = field(default_factory=time.monotonic)
     reused: bool = False
+    outcome: Outcome = "unsent"
+    """The last sent attempt's outcome: "unsent" never overwrites what an earlier one left."""
+    spans_attempts: bool = False
+    """An `operation()`: its attempts record their outcome here, the block files it at the end."""
+
+    def attempted(self, outcome: Outcome) -> None:
+        if outcome != "unsent":
+            self.outcome = outcome
 
 
 class RetryKeys:
@@ -195,8 +205,14 @@ class RetryKeys:
             self._pending.pop(fp, None)
         return _Operation(name=name, fingerprint=fp, key=new_key())
 
+    def file(self, op: _Operation) -> None:
+        """After `op`'s last attempt: keep its key if the outcome is unknown, else forget it."""
+        if op.outcome in ("unknown", "in_progress"):
+            self.unknown(op)
+
     def unknown(self, op: _Operation) -> None:
         """Keep `op`'s key for an equal retry: its attempt may have run."""
+        op.outcome = "unknown"
         if op.fingerprint is None:
             return
         self._pending.setdefault(op.fingerprint, collections.deque()).append(op)
@@ -211,6 +227,33 @@ class RetryKeys:
 
     def __len__(self) -> int:
         return self._count
+
+
+_CURRENT: contextvars.ContextVar[_Operation | None] = contextvars.ContextVar(
+    "idemtools_keyed_operation", default=None
+)
+
+
+@contextlib.contextmanager
+def operation(
+    retry_keys: RetryKeys, name: str, arguments: Mapping[str, Any] | None
+) -> Iterator[_Operation]:
+    """One logical call of `name` spanning several attempts: a framework's own retry loop.
+
+    Every `KeyedSession.call_tool(name, …)` inside the block (in this task, or in tasks it
+    starts), on whichever session, sends this operation's key; when the block ends, the last
+    sent attempt's outcome decides, as for a single call: unknown keeps the key for an equal
+    later call (within the window), definite forgets it. The key itself comes from the rule: an
+    earlier equal operation whose outcome is unknown lends its key.
+    """
+    op = retry_keys.begin(name, arguments)
+    op.spans_attempts = True
+    token = _CURRENT.set(op)
+    try:
+        yield op
+    finally:
+        _CURRENT.reset(token)
+        retry_keys.file(op)
 
 
 @dataclass
@@ -370,6 +413,9 @@ class KeyedSession:
             if not isinstance(own, str):
                 raise TypeError(f"idempotency key must be a str, got {type(own).__name__}")
             return own, None
+        current = _CURRENT.get()
+        if current is not None and current.name == name:
+            return current.key, current  # an attempt of the enclosing operation()
         op = self.retry_keys.begin(name, arguments)
         return op.key, op
 
@@ -415,9 +461,11 @@ class KeyedSession:
                 self._file(op, outcome)
 
     def _file(self, op: _Operation, outcome: Outcome) -> None:
-        # A reused key whose retry was never sent is still the earlier attempt's: keep it.
-        if outcome in ("unknown", "in_progress") or (outcome == "unsent" and op.reused):
-            self.retry_keys.unknown(op)
+        # A reused key whose retry was never sent is still the earlier attempt's: its outcome
+        # stays "unknown", and the key is kept.
+        op.attempted(outcome)
+        if not op.spans_attempts:
+            self.retry_keys.file(op)
 
 
 def _not_supported(name: str) -> IdempotencyNotSupportedError:
