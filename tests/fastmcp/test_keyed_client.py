@@ -10,97 +10,13 @@ from tests.fastmcp import require_fastmcp
 
 require_fastmcp()
 
-import contextlib  # noqa: E402
-from collections.abc import AsyncIterator  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
-
 import anyio  # noqa: E402
 import pytest  # noqa: E402
-from fastmcp import Client, FastMCP  # noqa: E402
-from fastmcp.client.transports.memory import (  # noqa: E402
-    FastMCPTransport,
-    _enter_server_lifespan,
-    _lowlevel_of,
-)
 from fastmcp.exceptions import ToolError  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
-from mcp.shared.memory import create_client_server_memory_streams  # noqa: E402
 
-import idemtools  # noqa: E402
-from idemtools import idempotent  # noqa: E402
 from idemtools.integrations.fastmcp import KeyedClient  # noqa: E402
-from tests.e2e.lossy import Loss, _LossyWrite  # noqa: E402
-
-
-@dataclass
-class Shop:
-    server: Any
-    runs: list[str] = field(default_factory=list)
-    gate: anyio.Event = field(default_factory=anyio.Event)
-
-
-def make_shop() -> Shop:
-    mcp = FastMCP("shop")
-    shop = Shop(server=mcp)
-
-    @mcp.tool
-    @idempotent(scope=idemtools.shared)
-    def charge(amount: int) -> dict[str, int]:
-        shop.runs.append("charge")
-        return {"amount": amount, "run": len(shop.runs)}
-
-    @mcp.tool
-    @idempotent(scope=idemtools.shared)
-    def decline(amount: int) -> str:
-        shop.runs.append("decline")
-        raise ValueError(f"declined {amount}")
-
-    @mcp.tool
-    @idempotent(scope=idemtools.shared, lease=5)
-    async def slow(n: int) -> str:
-        shop.runs.append("slow")
-        await shop.gate.wait()
-        return f"slow {n}"
-
-    idemtools.install(mcp)
-    return shop
-
-
-class LossyTransport(FastMCPTransport):
-    """FastMCP's in-memory transport, minus the first `loss.drop` tool results."""
-
-    def __init__(self, server: Any, loss: Loss) -> None:
-        super().__init__(server)
-        self.loss = loss
-
-    @contextlib.asynccontextmanager
-    async def connect_session(self, **session_kwargs: Any) -> AsyncIterator[Any]:
-        from mcp.client.session import ClientSession
-
-        session_kwargs.pop("transport_options", None)
-        async with (
-            create_client_server_memory_streams() as ((c_read, c_write), (s_read, s_write)),
-            _enter_server_lifespan(server=self.server),
-            anyio.create_task_group() as tg,
-        ):
-            lowlevel = _lowlevel_of(self.server)
-            lossy: Any = _LossyWrite(s_write, self.loss)
-            tg.start_soon(
-                lambda: lowlevel.run(s_read, lossy, lowlevel.create_initialization_options())
-            )
-            try:
-                async with ClientSession(c_read, c_write, **session_kwargs) as session:
-                    yield session
-            finally:
-                tg.cancel_scope.cancel()
-
-
-@contextlib.asynccontextmanager
-async def client_for(shop: Shop, drop: int = 1) -> AsyncIterator[Client[Any]]:
-    with idemtools.local_transport("memory"):
-        async with Client(LossyTransport(shop.server, Loss(drop=drop))) as client:
-            yield client
+from tests.fastmcp.lossy_shop import client_for, make_shop  # noqa: E402
 
 
 async def test_without_the_integration_a_lost_answer_runs_twice() -> None:
