@@ -7,6 +7,7 @@ pay for, or be exposed to, the engine, the stores or the server adapters.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import json
 import subprocess
@@ -67,10 +68,11 @@ def test_client_modules_import_only_client_side_idemtools(module: str) -> None:
     assert _idemtools_imports(module) <= allowed
 
 
-def _loaded_after(statement: str) -> list[str]:
+@functools.cache
+def _loaded_after(statement: str) -> tuple[str, ...]:
     code = f"import sys, json\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return [m for m in json.loads(out.stdout) if m.startswith(SERVER_SIDE)]
+    return tuple(m for m in json.loads(out.stdout) if m.startswith(SERVER_SIDE))
 
 
 @pytest.mark.parametrize("module", CLIENT_MODULES)
@@ -83,4 +85,4 @@ def test_importing_client_modules_loads_no_server_side(module: str) -> None:
         # Issue 18 makes `import idemtools` / `idemtools.client` light; until it lands, the
         # package itself loads the engine, and this module can add nothing to that.
         pytest.xfail("idemtools.client itself still loads the server side (issue 18 item 9)")
-    assert loaded == []
+    assert loaded == ()

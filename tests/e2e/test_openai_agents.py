@@ -32,6 +32,10 @@ from .lossy import Loss, _LossyWrite
 from .lossy_http import LossyASGI
 
 TOKEN = {"Authorization": "Bearer tok-alice"}
+# openai-agents 0.24 on mcp 1.x still calls the SDK's deprecated streamablehttp_client.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Use `streamable_http_client` instead:DeprecationWarning"
+)
 
 
 @contextlib.contextmanager
