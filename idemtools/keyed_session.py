@@ -367,6 +367,10 @@ class KeyedSession:
         self.in_progress_wait = in_progress_wait
 
     def __getattr__(self, name: str) -> Any:
+        # Only attributes this wrapper lacks reach here; never delegate its own (a copy being
+        # built has no `wrapped` yet) or the interpreter's protocol lookups.
+        if name == "wrapped" or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(name)
         return getattr(self.wrapped, name)
 
     async def __aenter__(self: _Self) -> _Self:

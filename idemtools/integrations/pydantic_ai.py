@@ -41,7 +41,7 @@ _CLIENT = "_idemtools_client"
 _OPTIONS = "_idemtools_options"
 
 
-class KeyedMCPToolset(MCPToolset[Any]):
+class KeyedMCPToolset(MCPToolset[Any]):  # type: ignore[misc,unused-ignore]  # Any without pydantic-ai
     """`MCPToolset` whose tool calls send `idempotencyKey` (KeyedSession's rule).
 
     Takes `MCPToolset`'s arguments, plus `idempotency_window` (seconds an unknown outcome's key
@@ -57,7 +57,7 @@ class KeyedMCPToolset(MCPToolset[Any]):
         in_progress_wait: float = DEFAULT_IN_PROGRESS_WAIT,
         **kwargs: Any,
     ) -> None:
-        vars(self)[_OPTIONS] = {
+        self.__dict__[_OPTIONS] = {
             "window": idempotency_window,
             "require_capability": require_capability,
             "in_progress_wait": in_progress_wait,
@@ -66,10 +66,10 @@ class KeyedMCPToolset(MCPToolset[Any]):
 
     @property
     def client(self) -> Client[Any]:
-        return cast("Client[Any]", vars(self)[_CLIENT])
+        return cast("Client[Any]", self.__dict__[_CLIENT])
 
     @client.setter
     def client(self, value: Client[Any]) -> None:
         if not isinstance(value, KeyedClient):
-            value = cast("Client[Any]", KeyedClient(value, **vars(self)[_OPTIONS]))
-        vars(self)[_CLIENT] = value
+            value = cast("Client[Any]", KeyedClient(value, **self.__dict__[_OPTIONS]))
+        self.__dict__[_CLIENT] = value

@@ -266,3 +266,11 @@ async def test_a_2x_client_is_wrapped_too(mode: str) -> None:
         b = await keyed.call_tool("charge", {"amount": 2}, idempotency_key="k-client")
     assert text_of(a) == text_of(b) == "charged 2 usd #1"  # the key reached the wire
     assert app.count("charge") == 1
+
+
+def test_a_copy_of_a_keyed_session_is_a_keyed_session() -> None:
+    import copy
+
+    keyed = KeyedSession(_Recorder())
+    clone = copy.copy(keyed)
+    assert clone.wrapped is keyed.wrapped and clone.retry_keys is keyed.retry_keys
