@@ -236,7 +236,11 @@ _CURRENT: contextvars.ContextVar[_Operation | None] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def operation(
-    retry_keys: RetryKeys, name: str, arguments: Mapping[str, Any] | None
+    retry_keys: RetryKeys,
+    name: str,
+    arguments: Mapping[str, Any] | None,
+    *,
+    key: str | None = None,
 ) -> Iterator[_Operation]:
     """One logical call of `name` spanning several attempts: a framework's own retry loop.
 
@@ -244,9 +248,10 @@ def operation(
     starts), on whichever session, sends this operation's key; when the block ends, the last
     sent attempt's outcome decides, as for a single call: unknown keeps the key for an equal
     later call (within the window), definite forgets it. The key itself comes from the rule: an
-    earlier equal operation whose outcome is unknown lends its key.
+    earlier equal operation whose outcome is unknown lends its key. `key`: the caller's own
+    key for this operation instead (not remembered: the caller reuses it).
     """
-    op = retry_keys.begin(name, arguments)
+    op = retry_keys.begin(name, arguments) if key is None else _Operation(name, None, key)
     op.spans_attempts = True
     token = _CURRENT.set(op)
     try:

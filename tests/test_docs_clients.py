@@ -21,6 +21,7 @@ EXAMPLES = {
     "fastmcp_client": "fastmcp",
     "openai_agents": "agents",
     "pydantic_ai_toolset": "pydantic_ai",
+    "langchain_tools": "langchain_mcp_adapters",
 }
 PAGE = ROOT / "docs" / "clients.md"
 
