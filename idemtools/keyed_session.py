@@ -439,15 +439,13 @@ class KeyedSession:
     ) -> Any:
         """`method(name, arguments, **kwargs)` with `key` on its `tools/call`; in_progress is
         waited out, and the outcome filed (an unknown one keeps `op`'s key for a retry)."""
-        target = _client_session(self.wrapped)
-        if self.require_capability and not advertises_idempotency(target):
-            if op is not None:
-                self._file(op, "unsent")
-            raise _not_supported(name)
-        _intercept(target)
-        deadline = time.monotonic() + self.in_progress_wait
         outcome: Outcome = "unsent"
-        try:
+        try:  # from here on every exit files the outcome (a reused key survives "unsent")
+            target = _client_session(self.wrapped)  # a FastMCP Client raises when disconnected
+            if self.require_capability and not advertises_idempotency(target):
+                raise _not_supported(name)
+            _intercept(target)
+            deadline = time.monotonic() + self.in_progress_wait
             while True:
                 sending = _Sending(target=target, name=name, key=key)
                 token = _SENDING.set(sending)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, TypeVar
 
-from agents.mcp import MCPServer
+from agents.mcp import MCPServer  # type: ignore[import-not-found,unused-ignore]  # an optional extra
 
 from ..keyed_session import (
     DEFAULT_IN_PROGRESS_WAIT,

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from fastmcp import Client
-from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.mcp import MCPToolset  # type: ignore[import-not-found,unused-ignore]  # an optional extra
 
 from ..keyed_session import DEFAULT_IN_PROGRESS_WAIT, DEFAULT_WINDOW
 from .fastmcp import KeyedClient

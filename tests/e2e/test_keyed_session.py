@@ -274,3 +274,17 @@ def test_a_copy_of_a_keyed_session_is_a_keyed_session() -> None:
     keyed = KeyedSession(_Recorder())
     clone = copy.copy(keyed)
     assert clone.wrapped is keyed.wrapped and clone.retry_keys is keyed.retry_keys
+
+
+async def test_a_retry_that_cannot_be_sent_keeps_the_unknown_key() -> None:
+    app = make_app()
+    async with lossy_session(app.server) as session:
+        keyed = KeyedSession(session)
+        with pytest.raises(SDK_ERROR):
+            await keyed.call_tool("charge", {"amount": 8}, read_timeout_seconds=LOST)
+        broken = KeyedSession(_Recorder(), retry_keys=keyed.retry_keys)  # no session to send on
+        with pytest.raises(TypeError):
+            await broken.call_tool("charge", {"amount": 8})
+        assert len(keyed.retry_keys) == 1  # still the lost call's key
+        result = await keyed.call_tool("charge", {"amount": 8})
+    assert text_of(result) == "charged 8 usd #1" and app.count("charge") == 1
