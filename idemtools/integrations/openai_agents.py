@@ -109,6 +109,15 @@ def keyed(
             return await original_call(tool_name, arguments, meta)
 
     vars(server)["call_tool"] = call_tool
+    original_connect: Any = server.connect  # untyped in openai-agents
+
+    async def connect() -> None:
+        await original_connect()
+        # Keyed from the start, so that tools/list is read on the way (published retentions
+        # cap the window).
+        vars(server)["session"] = wrap(getattr(server, "session", None))
+
+    vars(server)["connect"] = connect
     if isolated:
         original_hook = getattr(server, _ISOLATED_HOOK)
 

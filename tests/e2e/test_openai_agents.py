@@ -169,3 +169,11 @@ async def test_a_server_without_the_capability_is_refused() -> None:
         with pytest.raises(IdempotencyNotSupportedError):
             await server.call_tool("charge", {"amount": 1})
     assert bare.runs == []  # refused before anything was sent
+
+
+async def test_published_retention_caps_the_window() -> None:
+    app = make_app(advertise_tool_metadata=True)
+    server = keyed(InProcess(app, Loss(drop=0)), window=10**6)
+    async with server:
+        await server.list_tools()
+        assert server.session.retry_keys.limit("charge") == 86400  # type: ignore[union-attr]
