@@ -111,7 +111,9 @@ def group(module: str) -> str:
         return head
     if head == "conformance":
         return "conformance.server" if parts[1:] == ["_server_fixtures"] else "conformance"
-    if head in ("installation", "client", "testing", "keys", "docs"):
+    if head == "keyed_session":
+        return "client"  # the client side: idemtools.client and the session wrapper on it
+    if head in ("installation", "client", "testing", "keys", "docs", "proxy", "integrations"):
         return head
     if head in ("cli", "mkdocs_plugin", "pytest_plugin"):
         return "entry points"
@@ -133,6 +135,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "conformance": {"conformance.server"},  # add_fixture_tools only, lazily (see its rule)
     "conformance.server": {"conformance", "adapters", "installation", "foundation"},
     "testing": {"adapters", "client", "installation", "foundation"},
+    "proxy": {"engine", "stores", "stores.base", "foundation"},  # raw JSON-RPC: no SDK, no adapter
+    "integrations": {"client", "foundation"},  # client side only: never the engine or a store
 }
 """Group → the other groups its modules may import (within a group anything goes, but for
 the circles `test_import_graph` forbids). Groups absent here (the `idemtools` façade, the
@@ -145,7 +149,8 @@ def may_import_sdk(module: str) -> bool:
     parts = module.split(".")[1:]
     if parts[:1] == ["adapters"]:
         return len(parts) == 2 and parts[1] not in _SDK_FREE_ADAPTER_PARTS
-    return group(module) in ("testing", "conformance.server")
+    # integrations: the client frameworks' edge (FastMCP's Client, pydantic-ai on it).
+    return group(module) in ("testing", "conformance.server", "integrations")
 
 
 # -- the checks, as functions of an import list (so that a planted violation can be shown) -------
@@ -165,7 +170,8 @@ def outside_the_table(found: Iterable[Import]) -> list[str]:
 
 def sdk_outside_the_edges(found: Iterable[Import]) -> list[str]:
     return [
-        f"{imp} (only the adapters, testing.py and conformance/_server_fixtures.py import the SDK)"
+        f"{imp} (only the adapters, the client integrations, testing.py and "
+        "conformance/_server_fixtures.py import the SDK)"
         for imp in found
         if imp.target in SDK and not may_import_sdk(imp.module)
     ]
