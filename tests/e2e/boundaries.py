@@ -85,6 +85,13 @@ def text(reply: dict[str, Any] | None) -> str:
     return " ".join(block.get("text", "") for block in content)
 
 
+def _default_interrupts() -> None:
+    """In the child, before exec: SIGINT as a terminal would deliver it. A shell that runs the
+    suite as a background job (`… &`, no job control) starts it with SIGINT ignored, the child
+    would inherit that, and idemtools rightly leaves an ignored signal alone."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class StdioServer:
     """A server process on stdio; the test is its host (it holds both pipes)."""
 
@@ -96,6 +103,7 @@ class StdioServer:
             stdout=subprocess.PIPE,
             stderr=self.log.open("w"),
             cwd=ROOT,
+            preexec_fn=_default_interrupts,
         )
         self._ids = itertools.count(1)
         self._buffer = b""
@@ -234,6 +242,7 @@ class HttpServer:
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("w"),
             cwd=ROOT,
+            preexec_fn=_default_interrupts,
         )
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         deadline = time.monotonic() + 30
