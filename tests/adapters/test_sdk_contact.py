@@ -36,9 +36,10 @@ def _high_level() -> Any:
         from mcp.server.mcpserver import MCPServer
 
         return MCPServer("canary")
-    from mcp.server.fastmcp import FastMCP
+    else:
+        from mcp.server.fastmcp import FastMCP
 
-    return FastMCP("canary")
+        return FastMCP("canary")
 
 
 def _low_level() -> Any:
@@ -100,7 +101,7 @@ def test_mcp1_dispatch_internal_removed_fails_install(monkeypatch: Any, make: An
 
 @pytest.mark.skipif(SDK2, reason="an mcp 1.x internal")
 def test_mcp1_fastmcp_tool_manager_renamed_fails_install(monkeypatch: Any) -> None:
-    from mcp.server.fastmcp import FastMCP
+    from mcp.server.fastmcp import FastMCP  # type: ignore[attr-defined]  # mcp 1.x only
 
     original = FastMCP.__init__
 
