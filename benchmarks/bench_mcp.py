@@ -27,7 +27,7 @@ import anyio
 
 import idemtools
 from idemtools.adapters import SDK2
-from idemtools.client import _sdk  # the same send path the client helper uses
+from idemtools.client import _sdk  # type: ignore[attr-defined]  # the same send path the client helper uses
 
 if SDK2:
     from mcp.client import Client
