@@ -33,7 +33,7 @@ if SDK2:
     from mcp.client import Client
     from mcp.server.mcpserver import MCPServer as Server
 else:
-    from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,assignment]
+    from mcp.server.fastmcp import FastMCP as Server
     from mcp.shared.memory import create_connected_server_and_client_session
 
 

@@ -37,16 +37,16 @@ from .harness import LINE, _Server, make_app
 
 ERAS = ["legacy", "modern"] if LINE == 2 else ["legacy"]
 
-if LINE == 2:
+if SDK2:
     from mcp.shared.exceptions import MCPError as SDK_ERROR
 else:
-    from mcp.shared.exceptions import McpError as SDK_ERROR  # type: ignore[attr-defined,no-redef]
+    from mcp.shared.exceptions import McpError as SDK_ERROR
 
 
 @contextlib.asynccontextmanager
 async def session_in(server: Any, era: str) -> AsyncIterator[Any]:
     if era == "modern":
-        from mcp.client import Client
+        from mcp.client import Client  # type: ignore[attr-defined]  # mcp 2.x only
 
         async with Client(server) as client:  # 2026-07-28: server/discover, no handshake
             yield client

@@ -157,7 +157,7 @@ def build(
         return f"balance 4200 #{app.count('balance')}"
 
     if middleware is not None:  # a user's middleware added before install()
-        server._lowlevel_server.middleware.append(middleware)
+        server._lowlevel_server.middleware.append(middleware)  # type: ignore[attr-defined]  # 2.x
     app.installation = idemtools.install(server, registry=registry, **install)
     return app
 
@@ -486,7 +486,7 @@ class RequireBalanceScope:
             user = ctx.request.scope.get("user") if ctx.request is not None else None
             token = getattr(user, "access_token", None)
             if token is None or "balance" not in token.scopes:
-                from mcp.shared.exceptions import MCPError
+                from mcp.shared.exceptions import MCPError  # type: ignore[attr-defined]  # 2.x only
 
                 raise MCPError(-32003, "forbidden by policy")
         return await call_next(ctx)
