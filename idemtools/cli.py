@@ -34,6 +34,7 @@ from .docs import (
     render_json,
     render_markdown,
 )
+from .proxy import cli as proxy_cli
 
 __all__ = ["main"]
 
@@ -79,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
         "--format", choices=("markdown", "json"), default="markdown", help="default: markdown"
     )
     conformance_cli.add_parser(commands)
+    proxy_cli.add_parser(commands)
     _add_keys_parser(commands)
     return parser
 
@@ -188,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return conformance_cli.main(args)
     if args.command == "keys":
         return _keys_main(args)
+    if args.command == "proxy":
+        return proxy_cli.main(args)
     # Console scripts, unlike `python -m`, do not put the current directory on sys.path;
     # a user documenting `myapp.server:server` from the project root expects it to import.
     if os.getcwd() not in sys.path and "" not in sys.path:

@@ -1,8 +1,9 @@
-"""Fixtures shared by store and end-to-end tests."""
+"""Fixtures shared by store and end-to-end tests, and the directory rule for `sdk_free`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +25,23 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         yield cluster
     finally:
         cluster.stop()
+
+
+SDK_FREE_DIRS = ("engine", "proxy", "stores")
+"""Folders whose tests never touch the MCP SDK: the transport-free engine, the stores, and the
+proxy (it relays raw JSON-RPC; its upstreams are the TypeScript SDK and a Python server that
+says nothing new per mcp release). A test there that does touch the SDK says so with
+`@pytest.mark.sdk`."""
+
+_TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # CI runs `sdk_free` tests once (the README leg), not again on every mcp release.
+    for item in items:
+        try:
+            folder = Path(item.path).resolve().relative_to(_TESTS).parts[0]
+        except ValueError:
+            continue
+        if folder in SDK_FREE_DIRS and item.get_closest_marker("sdk") is None:
+            item.add_marker(pytest.mark.sdk_free)

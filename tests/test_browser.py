@@ -38,6 +38,8 @@ from tests.fixtures_docs.site import (
     require_mkdocs,
 )
 
+pytestmark = pytest.mark.once
+
 ARTIFACTS = ROOT / "test-artifacts"
 FLAGS = [
     "--headless",

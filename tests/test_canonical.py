@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 from idemtools import CanonicalizationError, canonicalize, fingerprint
 from idemtools.canonical import _exact, _fast
 
+pytestmark = pytest.mark.sdk_free
+
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEWER = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

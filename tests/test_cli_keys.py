@@ -25,6 +25,8 @@ from idemtools.stores.base import Status
 
 from .services import RUN_ID, delete_redis_keys, drop_postgres_tables, need_postgres, need_redis
 
+pytestmark = pytest.mark.sdk_free
+
 SECRET = "card 4242 charged"  # the outcome's content: never shown unless asked
 POLICY = Policy.of(retention=60, lease=30, scope=shared)
 SCOPE = _scope_hash(POLICY, CallContext(), "k")

@@ -14,6 +14,8 @@ from idemtools.lease_keeper import Lease, LeaseKeeper
 from idemtools.stores import MemoryStore
 from idemtools.stores.base import Status
 
+pytestmark = pytest.mark.sdk_free
+
 LEASE = 0.3
 
 

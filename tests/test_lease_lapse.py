@@ -34,6 +34,8 @@ from idemtools.stores import MemoryStore
 
 from .services import delete_redis_keys, need_redis
 
+pytestmark = pytest.mark.sdk_free
+
 KEY = "order-gil-1"
 
 _SERVER = """

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from idemtools import Outcome
 
+pytestmark = pytest.mark.sdk_free
+
 texts = st.text(st.characters(codec="utf-8"))
 json_scalars = st.one_of(
     st.none(),

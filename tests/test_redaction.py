@@ -17,6 +17,8 @@ from idemtools.outcome import Outcome
 from idemtools.redaction import MASK, redact_url, withhold
 from idemtools.stores import MemoryStore, from_url
 
+pytestmark = pytest.mark.sdk_free
+
 # Letters that no message, host or option name here spells in runs of four: a leaked fragment
 # of a password is then found by looking for its runs, not only for the whole of it.
 LETTERS = "QXZJKVW"

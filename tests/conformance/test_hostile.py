@@ -21,7 +21,7 @@ import pytest
 
 from .kit import HERE, PY, ROOT, free_port, server_command
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.sdk_free, pytest.mark.slow]
 
 HOSTILE = str(HERE / "hostile.py")
 PEAK_MIB = 400  # the kit holds at most one capped message (16 MiB) at a time

@@ -35,7 +35,7 @@ from . import mutants as catalogue
 from . import reference_server
 from .kit import HERE, PY, ROOT, free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.sdk_free, pytest.mark.slow]
 
 SERVER = HERE / "reference_server.py"
 SLOW_MS = "800"  # the in-progress original: long enough on a loaded two-core machine

@@ -32,7 +32,7 @@ from .kit import PY, ROOT, free_port
 from .reference_server import Pairs, canonical, parse_exact, raw_member
 from .test_mutants import SERVER, _http_instance
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.sdk_free, pytest.mark.slow]
 
 MODERN_META = {"io.modelcontextprotocol/protocolVersion": catalogue.MODERN}
 

@@ -17,6 +17,8 @@ from idemtools.cli import main as cli_main
 from idemtools.conformance.runner import DEFAULT_DEADLINE, Options
 from idemtools.conformance.wire import RAW_TEXT, Noise, StdioWire, WireError, _SseEvents
 
+pytestmark = pytest.mark.sdk_free
+
 CAP = 1024
 
 

@@ -39,7 +39,7 @@ from tests.services import services_required
 
 from .harness import LEGACY, HttpWire, error_type, result_text
 
-pytestmark = [pytest.mark.slow, pytest.mark.services, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.once, pytest.mark.slow, pytest.mark.services, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = 200

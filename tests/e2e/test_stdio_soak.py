@@ -29,7 +29,7 @@ import pytest
 
 from .boundaries import Box, StdioServer, call_params, error_type, text
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.once, pytest.mark.slow, pytest.mark.timeout(120)]
 
 KEYS = 100
 SLOTS = 3

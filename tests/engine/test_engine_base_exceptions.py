@@ -199,6 +199,7 @@ def test_cancelling_the_execution_task_itself_still_propagates(tmp_path: Path) -
     assert status is Status.IN_PROGRESS
 
 
+@pytest.mark.sdk
 def test_through_the_sdk_a_cancelled_future_is_replayed_not_rerun() -> None:
     # The same path through a real mcp 2.x server (in-memory transport) and the client helper.
     from idemtools.adapters import SDK2

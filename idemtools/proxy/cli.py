@@ -1,0 +1,140 @@
+"""`idemtools proxy`: argparse wiring and exit codes (imports the proxy only when it runs)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "main"]
+
+EPILOG = """\
+stdio:  idemtools proxy [options] -- COMMAND [ARGS...]
+        The proxy is the host's stdio server; COMMAND is started as its child and relayed.
+HTTP:   idemtools proxy --upstream URL --listen HOST:PORT [options]
+
+Every keyed tools/call (params.idempotencyKey) is decided by the idemtools engine: run once
+(forwarded upstream without the key, unless --forward-key), replayed, or refused; everything
+else passes through unchanged. An upstream lost mid-call is that call's outcome, replayed as
+the JSON-RPC error idempotency_outcome_unknown. Exit status: the child's own when it exits,
+0 when the host closes stdin, 2 for a usage or configuration error. See docs/proxy.md.
+"""
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "proxy",
+        help="put SEP-3182 idempotency in front of any MCP server, unchanged",
+        description=(
+            "Put SEP-3182 idempotency in front of an unmodified MCP server in any language: "
+            "advertise capabilities.tools.idempotency and decide every keyed tools/call "
+            "with the idemtools engine and store."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", metavar="FILE", help="TOML: default policy, per-tool rules")
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="idempotency store (default memory://; e.g. "
+        "sqlite:///var/lib/proxy.db, redis://127.0.0.1:6379/0)",
+    )
+    parser.add_argument(
+        "--retention", metavar="DURATION", help="default retention: seconds or 90s/15m/24h/7d"
+    )
+    parser.add_argument(
+        "--scope",
+        metavar="NAME",
+        help="default scope: subject (default: local user on stdio, JWT subject on HTTP), "
+        "local, shared, token-hash (HTTP), client",
+    )
+    parser.add_argument(
+        "--forward-key",
+        action="store_true",
+        default=None,
+        help="forward idempotencyKey to the upstream too (default: stripped)",
+    )
+    http = parser.add_argument_group("Streamable HTTP")
+    http.add_argument("--upstream", metavar="URL", help="the upstream's MCP endpoint URL")
+    http.add_argument("--listen", metavar="HOST:PORT", help="where the proxy serves HTTP")
+    http.add_argument("--issuer", metavar="URL", help="verify bearer JWTs from this issuer")
+    http.add_argument("--jwks-url", metavar="URL", help="the issuer's JWKS (https:// or file://)")
+    http.add_argument("--audience", metavar="AUD", help="the audience the JWTs must carry")
+    parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
+    parser.add_argument(
+        "upstream_command", nargs="*", metavar="-- COMMAND", help="the stdio upstream"
+    )
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the proxy for parsed arguments; returns the exit code."""
+    from .config import ConfigError, ProxyConfig, duration, load
+
+    logging.basicConfig(
+        stream=sys.stderr, level=str(args.log_level).upper(), format="idemtools proxy: %(message)s"
+    )
+    command = list(args.upstream_command)
+    if command and command[0] == "--":
+        command = command[1:]
+    try:
+        config = load(args.config) if args.config else ProxyConfig()
+        config = config.with_overrides(
+            store=args.store,
+            retention=duration(args.retention, "--retention") if args.retention else None,
+            scope=args.scope,
+            forward_key=args.forward_key,
+        )
+    except (ConfigError, ValueError) as exc:
+        print(f"idemtools proxy: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.upstream is not None or args.listen is not None:
+            return _http(args, command, config)
+        if not command:
+            print("idemtools proxy: error: no upstream: -- COMMAND [ARGS...]", file=sys.stderr)
+            return 2
+        if args.issuer or args.jwks_url:
+            print("idemtools proxy: error: --issuer/--jwks-url are for HTTP", file=sys.stderr)
+            return 2
+        from .stdio import serve_stdio
+
+        return asyncio.run(serve_stdio(command, config))
+    except ValueError as exc:  # a store URL from_url refuses, a malformed --upstream
+        print(f"idemtools proxy: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _http(args: argparse.Namespace, command: list[str], config: Any) -> int:
+    from .http import serve_http
+
+    if command or not (args.upstream and args.listen) or ":" not in args.listen:
+        print(
+            "idemtools proxy: error: HTTP takes --upstream URL and --listen HOST:PORT, "
+            "and no COMMAND",
+            file=sys.stderr,
+        )
+        return 2
+    verifier = None
+    if args.issuer or args.jwks_url:
+        if not (args.issuer and args.jwks_url):
+            print("idemtools proxy: error: --issuer needs --jwks-url", file=sys.stderr)
+            return 2
+        from .auth import JwtVerifier
+
+        verifier = JwtVerifier(args.issuer, args.jwks_url, args.audience)
+    log = logging.getLogger("idemtools.proxy")
+    if "token-hash" in config.scope_names:
+        log.warning(
+            "--scope token-hash: a replay is authorized by possessing the same credential; "
+            "a rotated token is a new scope (docs/proxy.md, Scope)"
+        )
+    elif verifier is None and config.scope_names & {"subject", "client"}:
+        log.warning(
+            "no --issuer/--jwks-url: keyed calls over HTTP are refused "
+            "(idempotency_scope_unavailable) unless a tool's scope is token-hash or shared"
+        )
+    return asyncio.run(serve_http(args.upstream, args.listen, config, verifier))

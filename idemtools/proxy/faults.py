@@ -1,0 +1,58 @@
+"""What the proxy answers when it cannot know whether the upstream ran a keyed call.
+
+The upstream died, its pipe or connection broke, or it did not answer within the tool's
+`max_runtime`: the call may or may not have run. In the library a tool's own error is the
+call's outcome; here that uncertainty is. It is recorded and replayed as a JSON-RPC error with
+`error.data.type` `idempotency_outcome_unknown`, so the tool never runs twice under one key; the
+client decides, with a new key, whether to try again.
+"""
+
+from __future__ import annotations
+
+from ..outcome import Outcome
+
+__all__ = [
+    "OUTCOME_UNKNOWN",
+    "OUTCOME_UNKNOWN_CODE",
+    "UPSTREAM_UNAVAILABLE",
+    "UpstreamLost",
+    "not_sent",
+    "outcome_unknown",
+]
+
+OUTCOME_UNKNOWN = "idempotency_outcome_unknown"
+OUTCOME_UNKNOWN_CODE = -31061
+"""Next to idemtools' own codes (-31051..-31060), outside -32768..-32000 as the 2026-07-28
+spec asks of application codes. Clients read `error.data.type`, not the code."""
+
+UPSTREAM_UNAVAILABLE = -32603
+"""JSON-RPC "Internal error": the upstream was gone before the call was sent (nothing ran)."""
+
+
+class UpstreamLost(Exception):
+    """The upstream cannot answer this request any more (it exited, or the link broke)."""
+
+    def __init__(self, reason: str, *, sent: bool = True) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.sent = sent
+        """False when the request never left the proxy: then nothing can have run."""
+
+
+def outcome_unknown(key: str, reason: str) -> Outcome:
+    """The recorded outcome of a keyed call whose upstream answer is lost for good."""
+    return Outcome.of_error(
+        OUTCOME_UNKNOWN_CODE,
+        f"the upstream server gave no answer ({reason}); the call may or may not have run, and "
+        "it will not run again under this idempotencyKey: retry with a new key if it must",
+        {"type": OUTCOME_UNKNOWN, "idempotencyKey": key},
+    )
+
+
+def not_sent(reason: str) -> Outcome:
+    """The answer to a keyed call that never reached the upstream: not recorded (`final` is
+    False), so a retry once the upstream is back runs it."""
+    return Outcome(
+        error={"code": UPSTREAM_UNAVAILABLE, "message": f"upstream unavailable ({reason})"},
+        final=False,
+    )

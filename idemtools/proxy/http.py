@@ -1,0 +1,513 @@
+"""The Streamable HTTP relay: `--upstream URL --listen HOST:PORT`.
+
+Every request is forwarded to the upstream's origin at the same path and query, headers
+passed through (hop-by-hop ones and `Accept-Encoding` aside, so that bodies arrive as sent);
+responses come back with their status, headers and body — JSON, or an SSE stream relayed
+event by event. Both protocol eras: 2025-11-25 (`initialize`, `Mcp-Session-Id`, GET streams,
+DELETE) and 2026-07-28 (stateless, `server/discover`). As on stdio, the `initialize` and
+`server/discover` results gain `capabilities.tools.idempotency`, and a keyed `tools/call` is
+decided by the engine; its upstream call keeps the client's id (each POST has its own answer
+stream, so ids cannot collide) and headers. Events the upstream sends before the answer
+(progress, logging, sampling requests) reach the client as SSE; a replay or refusal is JSON.
+
+Faults: an upstream that cannot be reached never saw the call (answered, not recorded); one that
+breaks the connection after the call was sent, answers 5xx without a JSON-RPC answer, or is
+silent past `max_runtime` leaves the outcome unknown: recorded as `idempotency_outcome_unknown`.
+A 4xx without a JSON-RPC answer (401, 403, a lost session's 404) ran nothing: it is relayed as it
+came, not recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import orjson
+
+from ..engine import Engine
+from ..policy import Registry
+from ..stores import from_url
+from .auth import JwtVerifier, http_context
+from .config import ProxyConfig
+from .faults import UpstreamLost
+from .keyed import KeyedCalls, ToolCatalog, advertise, is_keyed
+
+__all__ = ["HttpProxy", "serve_http"]
+
+log = logging.getLogger("idemtools.proxy")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+_HOP = frozenset(
+    {
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "accept-encoding",
+        "proxy-connection",
+    }
+)
+_ADVERTISED = frozenset({"initialize", "server/discover"})
+MAX_BODY = 64 << 20
+
+
+def _dumps(message: Any) -> bytes:
+    try:
+        return orjson.dumps(message)
+    except TypeError:
+        return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(data)
+        except ValueError:
+            return None
+
+
+def _events(buffer: bytearray) -> list[bytes]:
+    """Complete SSE events (without their blank-line terminator) taken from `buffer`."""
+    out: list[bytes] = []
+    while True:
+        data = bytes(buffer).replace(b"\r\n", b"\n")
+        end = data.find(b"\n\n")
+        if end < 0:
+            if len(data) != len(buffer):
+                buffer[:] = data
+            return out
+        out.append(data[:end])
+        buffer[:] = data[end + 2 :]
+
+
+def _event_data(event: bytes) -> bytes | None:
+    lines = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
+    return b"\n".join(lines) if lines else None
+
+
+def _sse(message: Any) -> bytes:
+    return b"event: message\ndata: " + _dumps(message) + b"\n\n"
+
+
+class _Refused(Exception):
+    """The upstream answered HTTP without a JSON-RPC answer and ran nothing (4xx)."""
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        super().__init__(status)
+        self.status, self.headers, self.body = status, headers, body
+
+
+def _response_headers(
+    response: httpx.Response, drop: frozenset[str] = frozenset()
+) -> list[tuple[bytes, bytes]]:
+    return [
+        (name.encode("latin-1"), value.encode("latin-1"))
+        for name, value in response.headers.multi_items()
+        if name.lower() not in _HOP and name.lower() not in drop
+    ]
+
+
+class _CallUpstream:
+    """`Upstream` for one keyed HTTP request: the client's headers, the client's id, and a
+    queue for the events the upstream sends before its answer."""
+
+    def __init__(self, proxy: HttpProxy, url: str, headers: list[tuple[str, str]], rid: Any):
+        self.proxy = proxy
+        self.url = url
+        self.headers = headers
+        self.rid = rid
+        self.events: asyncio.Queue[bytes] = asyncio.Queue()
+        self.refused: _Refused | None = None
+
+    async def request(
+        self, method: str, params: dict[str, Any], *, timeout: float | None
+    ) -> dict[str, Any]:
+        own = method != "tools/call"  # the catalog's tools/list: an id of the proxy's own
+        rid = f"idemtools-proxy:{next(self.proxy.ids)}" if own else self.rid
+        body = _dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        try:
+            return await asyncio.wait_for(self._exchange(body, rid, relay=not own), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no answer within {timeout} s") from None
+
+    async def _exchange(self, body: bytes, rid: Any, *, relay: bool) -> dict[str, Any]:
+        client = self.proxy.client
+        request = client.build_request("POST", self.url, headers=self.headers, content=body)
+        try:
+            response = await client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise UpstreamLost(f"cannot connect to the upstream ({exc})", sent=False) from None
+        except httpx.HTTPError as exc:
+            raise UpstreamLost(f"the upstream connection failed ({type(exc).__name__})") from None
+        try:
+            kind = response.headers.get("content-type", "")
+            if kind.startswith("text/event-stream"):
+                buffer = bytearray()
+                async for chunk in response.aiter_bytes():
+                    buffer += chunk
+                    for event in _events(buffer):
+                        data = _event_data(event)
+                        message = _loads(data) if data else None
+                        if _answers(message, rid):
+                            assert isinstance(message, dict)
+                            return message
+                        if relay:
+                            await self.events.put(event + b"\n\n")
+                raise UpstreamLost("the upstream's event stream ended without an answer")
+            data = await response.aread()
+            message = _loads(data) if data else None
+            if _answers(message, rid):
+                assert isinstance(message, dict)
+                return message
+            if 400 <= response.status_code < 500:
+                raise _Refused(response.status_code, _response_headers(response), data)
+            raise UpstreamLost(
+                f"the upstream answered HTTP {response.status_code} without an answer"
+            )
+        except httpx.HTTPError as exc:
+            raise UpstreamLost(f"the upstream connection broke ({type(exc).__name__})") from None
+        finally:
+            await response.aclose()
+
+
+def _flight(headers: list[tuple[str, str]], rid: Any) -> tuple[str, str, str]:
+    """Who sent request `rid`: ids are only unique per session (and caller)."""
+    lowered = {name.lower(): value for name, value in headers}
+    session = lowered.get("mcp-session-id", "")
+    return session, lowered.get("authorization", ""), json.dumps(rid)
+
+
+def _answers(message: Any, rid: Any) -> bool:
+    return (
+        isinstance(message, dict)
+        and "method" not in message
+        and message.get("id") == rid
+        and type(message.get("id")) is type(rid)
+    )
+
+
+class HttpProxy:
+    """The ASGI application: relay everything, decide keyed calls."""
+
+    def __init__(
+        self, upstream: str, config: ProxyConfig, verifier: JwtVerifier | None = None
+    ) -> None:
+        parts = urlsplit(upstream)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"--upstream must be an http(s) URL, got {upstream!r}")
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.config = config
+        self.verifier = verifier
+        self.store = from_url(config.store)
+        self.engine = Engine(self.store, registry=Registry(), default_policy=config.default)
+        self.catalog = ToolCatalog()
+        self.keyed = KeyedCalls(self.engine, config, self.catalog)
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+        self.ids = itertools.count(1)
+        self.in_flight: dict[tuple[str, str, str], int] = {}
+        """(session, credential, id) of keyed calls being answered: their cancellations stop
+        here."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                # In-flight keyed calls are recorded first (leases renewed), as in the library.
+                await self.engine.aclose(self.config.shutdown_grace)
+                await self.client.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > MAX_BODY:
+                await _plain(send, 413, b"request body too large")
+                return
+            if not message.get("more_body"):
+                break
+        query = scope.get("query_string", b"").decode("latin-1")
+        url = self.origin + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
+        if query and "?" not in url:
+            url += "?" + query
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in scope["headers"]
+            if name.decode("latin-1").lower() not in _HOP
+        ]
+        message_in = _loads(bytes(body)) if scope["method"] == "POST" and body else None
+        if isinstance(message_in, dict) and is_keyed(message_in):
+            flight = _flight(headers, message_in.get("id"))
+            self.in_flight[flight] = self.in_flight.get(flight, 0) + 1
+            try:
+                await self._keyed(message_in, url, headers, send)
+            finally:
+                self.in_flight[flight] -= 1
+                if not self.in_flight[flight]:
+                    del self.in_flight[flight]
+            return
+        if isinstance(message_in, dict) and message_in.get("method") == "notifications/cancelled":
+            params = message_in.get("params")
+            target = params.get("requestId") if isinstance(params, dict) else None
+            if _flight(headers, target) in self.in_flight:
+                # A keyed call in flight is not cancelled upstream: it finishes and is recorded.
+                await _plain(send, 202, b"")
+                return
+        patch = None
+        if isinstance(message_in, dict) and message_in.get("method") in _ADVERTISED:
+            patch = message_in.get("id")
+        await self._relay(scope["method"], url, headers, bytes(body), receive, send, patch)
+
+    async def _relay(
+        self,
+        method: str,
+        url: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        receive: Receive,
+        send: Send,
+        patch: Any,
+    ) -> None:
+        request = self.client.build_request(method, url, headers=headers, content=body)
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            await _plain(send, 502, f"idemtools proxy: upstream unreachable ({exc})".encode())
+            return
+        try:
+            kind = response.headers.get("content-type", "")
+            if patch is not None and kind.startswith("application/json"):
+                data = await response.aread()
+                message = _loads(data)
+                if isinstance(message, dict) and _answers(message, patch) and advertise(message):
+                    data = _dumps(message)
+                out = _response_headers(response)
+                out.append((b"content-length", str(len(data)).encode()))
+                await send(
+                    {"type": "http.response.start", "status": response.status_code, "headers": out}
+                )
+                await send({"type": "http.response.body", "body": data})
+                return
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status_code,
+                    "headers": _response_headers(response),
+                }
+            )
+            stream = self._stream(
+                response, patch if kind.startswith("text/event-stream") else None, send
+            )
+            await _until_disconnect(stream, receive)
+        except httpx.HTTPError as exc:
+            log.warning("upstream stream broke: %s", type(exc).__name__)
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": b""})
+        finally:
+            await response.aclose()
+
+    async def _stream(self, response: httpx.Response, patch: Any, send: Send) -> None:
+        if patch is None:
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        else:  # an SSE answer to initialize / server/discover: patch that one event
+            buffer = bytearray()
+            async for chunk in response.aiter_raw():
+                buffer += chunk
+                for event in _events(buffer):
+                    data = _event_data(event)
+                    message = _loads(data) if data else None
+                    if (
+                        isinstance(message, dict)
+                        and _answers(message, patch)
+                        and advertise(message)
+                    ):
+                        rest = [
+                            line for line in event.split(b"\n") if not line.startswith(b"data:")
+                        ]
+                        event = b"\n".join([*rest, b"data: " + _dumps(message)])
+                    await send(
+                        {"type": "http.response.body", "body": event + b"\n\n", "more_body": True}
+                    )
+            if buffer:
+                await send({"type": "http.response.body", "body": bytes(buffer), "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _keyed(
+        self, message: dict[str, Any], url: str, headers: list[tuple[str, str]], send: Send
+    ) -> None:
+        lowered = {name.lower(): value for name, value in headers}
+        params = message["params"]
+        context = await http_context(
+            lowered, self.verifier, params.get("name"), params.get("arguments")
+        )
+        upstream = _CallUpstream(self, url, headers, message["id"])
+        # The answer is decided apart from this request: a client that goes away does not
+        # stop the execution, which finishes and is recorded (the retry gets the replay).
+        task = asyncio.ensure_future(self._answer(message, context, upstream))
+        first = asyncio.ensure_future(upstream.events.get())
+        await asyncio.wait({task, first}, return_when=asyncio.FIRST_COMPLETED)
+        if not first.done():
+            first.cancel()
+            reply = task.result()
+            refused = upstream.refused
+            if refused is not None:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": refused.status,
+                        "headers": refused.headers,
+                    }
+                )
+                await send({"type": "http.response.body", "body": refused.body})
+                return
+            data = _dumps(reply)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(data)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": data})
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                ],
+            }
+        )
+        with contextlib.suppress(OSError, RuntimeError):
+            await send({"type": "http.response.body", "body": first.result(), "more_body": True})
+            while True:
+                nxt = asyncio.ensure_future(upstream.events.get())
+                await asyncio.wait({task, nxt}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt.done():
+                    await send(
+                        {"type": "http.response.body", "body": nxt.result(), "more_body": True}
+                    )
+                    continue
+                nxt.cancel()
+                while not upstream.events.empty():
+                    event = upstream.events.get_nowait()
+                    await send({"type": "http.response.body", "body": event, "more_body": True})
+                await send({"type": "http.response.body", "body": _sse(task.result())})
+                return
+
+    async def _answer(
+        self, message: dict[str, Any], context: Any, upstream: _CallUpstream
+    ) -> dict[str, Any]:
+        keyed = self.keyed
+
+        class Refusing:
+            async def request(
+                self, method: str, params: dict[str, Any], *, timeout: float | None
+            ) -> dict[str, Any]:
+                try:
+                    return await upstream.request(method, params, timeout=timeout)
+                except _Refused as exc:
+                    if method == "tools/call":
+                        upstream.refused = exc
+                    raise UpstreamLost(f"HTTP {exc.status}", sent=False) from None
+
+        try:
+            return await keyed.answer(message, context, Refusing())
+        except Exception:
+            log.exception("keyed call failed inside the proxy")
+            return {
+                "jsonrpc": "2.0",
+                "id": message.get("id"),
+                "error": {"code": -32603, "message": "idemtools proxy internal error"},
+            }
+
+
+async def _until_disconnect(stream: Awaitable[None], receive: Receive) -> None:
+    """Relay `stream` until it ends or the client goes away (then stop reading upstream)."""
+    relay = asyncio.ensure_future(stream)
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({relay, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        relay.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await relay  # re-raises what broke the relay (an upstream error)
+
+
+async def _plain(send: Send, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def serve_http(
+    upstream: str,
+    listen: str,
+    config: ProxyConfig,
+    verifier: JwtVerifier | None = None,
+) -> int:
+    """Serve the relay on `listen` (HOST:PORT) until SIGTERM/SIGINT; returns the exit code."""
+    import uvicorn  # the `proxy` extra (mcp brings it too)
+
+    host, _, port = listen.rpartition(":")
+    app = HttpProxy(upstream, config, verifier)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host.strip("[]") or "127.0.0.1",
+            port=int(port),
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=int(config.shutdown_grace),
+        )
+    )
+    await server.serve()
+    return 0

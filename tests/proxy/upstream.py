@@ -1,0 +1,243 @@
+"""A raw JSON-RPC MCP server for the proxy tests: no SDK, no idemtools, starts in milliseconds.
+
+`python upstream.py LOG` serves stdio; `python upstream.py LOG --http PORT` serves plain
+JSON over HTTP POST on 127.0.0.1 (no sessions, no auth: the proxy in front verifies callers;
+an answer with notifications before it, `slow` with a progressToken, is an SSE stream; a call
+with a `status` argument is answered with that HTTP status and no JSON-RPC).
+Every message it receives is appended to LOG as one JSON line (so a test can count executions
+across processes and see exactly what was forwarded).
+Tools:
+- `record {label}`: counts executions; answers `{"label", "executions"}` as text.
+- `slow {label, ms}`: the same after sleeping `ms` milliseconds (on a thread, so the server
+  keeps reading), with a progress notification when the request carries a progressToken.
+- `fail {label}`: a JSON-RPC error with data (the tool's own error: recorded and replayed).
+- `die {label}`: counts, then the process exits at once (exit status 3), answering nothing.
+- `sample {label}`: asks the client for `sampling/createMessage`, answers with its reply.
+Anything else in tools/call: JSON-RPC error -32602 "Unknown tool" (and not in tools/list).
+`resources/list`, `prompts/get`, `ping` answer fixed values; `notifications/*` are only logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+LOG = sys.argv[1] if len(sys.argv) > 1 else os.devnull
+OUT = threading.Lock()
+COUNTS: dict[str, int] = {}
+WAITING: dict[Any, threading.Event] = {}
+REPLIES: dict[Any, Any] = {}
+TOOLS = [
+    {"name": n, "inputSchema": {"type": "object", "properties": {"label": {"type": "string"}}}}
+    for n in ("record", "slow", "fail", "die", "sample")
+]
+
+
+SINK = threading.local()  # HTTP mode: the request thread's answer goes to its response
+
+
+def send(message: dict[str, Any]) -> None:
+    sink = getattr(SINK, "messages", None)
+    if sink is not None:
+        sink.append(message)
+        return
+    with OUT:
+        sys.stdout.write(json.dumps(message, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+
+def log(message: Any) -> None:
+    with OUT, open(LOG, "a", encoding="utf-8") as file:
+        file.write(json.dumps(message) + "\n")
+
+
+def count(label: str) -> int:
+    with OUT:
+        COUNTS[label] = COUNTS.get(label, 0) + 1
+        return COUNTS[label]
+
+
+def text(label: str, executions: int) -> dict[str, Any]:
+    body = json.dumps({"label": label, "executions": executions})
+    return {"content": [{"type": "text", "text": body}], "isError": False}
+
+
+def call(rid: Any, params: dict[str, Any]) -> None:
+    name = params.get("name")
+    args = params.get("arguments") or {}
+    label = str(args.get("label"))
+    if name not in {t["name"] for t in TOOLS}:
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "error": {"code": -32602, "message": f"Unknown tool: {name}"},
+            }
+        )
+        return
+    executions = count(label)
+    if name == "die":
+        os._exit(3)
+    if name == "slow":
+        token = (params.get("_meta") or {}).get("progressToken")
+        if token is not None:
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/progress",
+                    "params": {"progressToken": token, "progress": 0.5, "total": 1.0},
+                }
+            )
+        time.sleep(float(args.get("ms", 0)) / 1000)
+    if name == "fail":
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "error": {
+                    "code": 1001,
+                    "message": f"fail {label}",
+                    "data": {"executions": executions},
+                },
+            }
+        )
+        return
+    if name == "sample":
+        sid = f"s-{rid}"
+        WAITING[sid] = threading.Event()
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": sid,
+                "method": "sampling/createMessage",
+                "params": {
+                    "messages": [{"role": "user", "content": {"type": "text", "text": label}}],
+                    "maxTokens": 5,
+                },
+            }
+        )
+        WAITING[sid].wait(10)
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "result": {
+                    "content": [{"type": "text", "text": json.dumps(REPLIES.get(sid))}],
+                    "isError": False,
+                },
+            }
+        )
+        return
+    send({"jsonrpc": "2.0", "id": rid, "result": text(label, executions)})
+
+
+def serve_http(port: int) -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            message = json.loads(body)
+            log({**message, "headers": {"authorization": self.headers.get("authorization")}})
+            SINK.messages = []
+            try:
+                if message.get("id") is None:
+                    self.send_response(202)
+                    self.end_headers()
+                    return
+                status = ((message.get("params") or {}).get("arguments") or {}).get("status")
+                if status is not None:  # the HTTP layer refuses (or fails) without JSON-RPC
+                    self.send_response(int(status))
+                    self.send_header("content-type", "text/plain")
+                    self.send_header("www-authenticate", 'Bearer realm="test"')
+                    self.send_header("content-length", "7")
+                    self.end_headers()
+                    self.wfile.write(b"refused")
+                    return
+                if message.get("method") == "tools/call":
+                    call(message["id"], message.get("params") or {})
+                else:
+                    dispatch(message)
+                messages = list(SINK.messages)
+            finally:
+                SINK.messages = None
+            self.send_response(200)
+            if len(messages) > 1:  # notifications before the answer: an SSE stream
+                data = b"".join(
+                    b"event: message\r\ndata: " + json.dumps(m).encode() + b"\r\n\r\n"
+                    for m in messages
+                )
+                self.send_header("content-type", "text/event-stream")
+            else:
+                data = json.dumps(messages[-1]).encode()
+                self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+
+
+def main() -> None:
+    if "--http" in sys.argv:
+        serve_http(int(sys.argv[sys.argv.index("--http") + 1]))
+        return
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        log(message)
+        method, rid = message.get("method"), message.get("id")
+        if method is None:  # an answer to our own request (sampling)
+            REPLIES[rid] = message.get("result")
+            if rid in WAITING:
+                WAITING[rid].set()
+            continue
+        if rid is None:
+            continue  # notifications: logged only
+        if method == "tools/call":
+            threading.Thread(
+                target=call, args=(rid, message.get("params") or {}), daemon=True
+            ).start()
+            continue
+        dispatch(message)
+
+
+def dispatch(message: dict[str, Any]) -> None:
+    method, rid = message.get("method"), message.get("id")
+    if method == "initialize":
+        result: Any = {
+            "protocolVersion": message["params"].get("protocolVersion", "2025-11-25"),
+            "capabilities": {"tools": {"listChanged": True}, "resources": {}, "prompts": {}},
+            "serverInfo": {"name": "raw-upstream", "version": "1.0"},
+            "instructions": "caf\u00e9 \u2603 1.0e3",
+        }
+    elif method == "tools/list":
+        result = {"tools": TOOLS}
+    elif method == "resources/list":
+        result = {"resources": [{"uri": "test://a", "name": "a", "mimeType": "text/plain"}]}
+    elif method == "prompts/get":
+        result = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]}
+    elif method == "ping":
+        result = {}
+    else:
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "error": {"code": -32601, "message": "Method not found"},
+            }
+        )
+        return
+    send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+if __name__ == "__main__":
+    main()
