@@ -92,7 +92,7 @@ async def redis_py(port: int, hiredis: bool, coalesce: bool = False) -> AsyncIte
 
 @contextlib.asynccontextmanager
 async def coredis_client(port: int) -> AsyncIterator[Call]:
-    import coredis
+    import coredis  # type: ignore[import-not-found]  # optional comparison client
 
     async with coredis.Redis(host="127.0.0.1", port=port) as client:
         await client.script_load(CLAIM.text)
@@ -105,7 +105,12 @@ async def coredis_client(port: int) -> AsyncIterator[Call]:
 
 @contextlib.asynccontextmanager
 async def glide_client(port: int) -> AsyncIterator[Call]:
-    from glide import GlideClient, GlideClientConfiguration, NodeAddress, Script
+    from glide import (  # type: ignore[import-not-found]  # optional comparison client
+        GlideClient,
+        GlideClientConfiguration,
+        NodeAddress,
+        Script,
+    )
 
     client = await GlideClient.create(
         GlideClientConfiguration([NodeAddress("127.0.0.1", port)], request_timeout=5000)

@@ -27,13 +27,13 @@ import anyio
 
 import idemtools
 from idemtools.adapters import SDK2
-from idemtools.client import _sdk  # the same send path the client helper uses
+from idemtools.client import _sdk  # type: ignore[attr-defined]  # the same send path the client helper uses
 
 if SDK2:
     from mcp.client import Client
     from mcp.server.mcpserver import MCPServer as Server
 else:
-    from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,assignment]
+    from mcp.server.fastmcp import FastMCP as Server
     from mcp.shared.memory import create_connected_server_and_client_session
 
 

@@ -110,11 +110,11 @@ async def redis_round_trips(rounds: int) -> dict[str, float]:
 
 def powertools_throughput(calls: int) -> dict[str, float] | str:
     try:
-        from aws_lambda_powertools.utilities.idempotency import (
+        from aws_lambda_powertools.utilities.idempotency import (  # type: ignore[import-not-found]
             IdempotencyConfig,
             idempotent_function,
         )
-        from aws_lambda_powertools.utilities.idempotency.persistence.redis import (
+        from aws_lambda_powertools.utilities.idempotency.persistence.redis import (  # type: ignore[import-not-found]
             RedisCachePersistenceLayer,
         )
     except ImportError as exc:
@@ -126,7 +126,7 @@ def powertools_throughput(calls: int) -> dict[str, float] | str:
     layer = RedisCachePersistenceLayer(client=client)
     config = IdempotencyConfig(expires_after_seconds=600)
 
-    @idempotent_function(
+    @idempotent_function(  # type: ignore[untyped-decorator]  # an optional, unstubbed extra
         data_keyword_argument="order",
         persistence_store=layer,
         config=config,
@@ -370,7 +370,7 @@ def main() -> None:
     finally:
         cleanup()
 
-    p = lambda *a: print(*a, file=out)  # noqa: E731
+    p: Callable[..., None] = lambda *a: print(*a, file=out)  # noqa: E731
     versions = f"redis-py {redis.__version__}, psycopg {psycopg.__version__}"
     p(f"Python {sys.version.split()[0]}, {versions}")
     p(f"Redis {REDIS_URL}, PostgreSQL {POSTGRES_URL.split('@')[-1]}; run {RUN}")

@@ -128,7 +128,7 @@ class AsyncRows:
         self.url, self.parser, self.tag = url, parser, tag
 
     async def setup(self) -> None:
-        settings = {"parser_class": self.parser}
+        settings: dict[str, Any] = {"parser_class": self.parser}
         self.stores = {
             "on": RedisStore.from_url(self.url, prefix=f"it-{self.tag}:", **settings),
             "off": RedisStore.from_url(
@@ -235,11 +235,11 @@ def redis_benchmark(port: int, c: int, samples: Samples, seconds: float) -> None
 
 def powertools_setup(port: int, parser: type) -> Callable[..., Any] | str:
     try:
-        from aws_lambda_powertools.utilities.idempotency import (
+        from aws_lambda_powertools.utilities.idempotency import (  # type: ignore[import-not-found]
             IdempotencyConfig,
             idempotent_function,
         )
-        from aws_lambda_powertools.utilities.idempotency.persistence.redis import (
+        from aws_lambda_powertools.utilities.idempotency.persistence.redis import (  # type: ignore[import-not-found]
             RedisCachePersistenceLayer,
         )
     except ImportError as exc:
@@ -250,7 +250,7 @@ def powertools_setup(port: int, parser: type) -> Callable[..., Any] | str:
     client = redis.Redis(connection_pool=redis.ConnectionPool(port=port, parser_class=parser))
     layer = RedisCachePersistenceLayer(client=client)
 
-    @idempotent_function(
+    @idempotent_function(  # type: ignore[untyped-decorator]  # an optional, unstubbed extra
         data_keyword_argument="order",
         persistence_store=layer,
         config=IdempotencyConfig(expires_after_seconds=600),
@@ -261,7 +261,7 @@ def powertools_setup(port: int, parser: type) -> Callable[..., Any] | str:
 
     for i in range(REPLAY_KEYS):
         pay(order={"order_id": f"replay-{i}", "amount": 4200})
-    return pay
+    return pay  # type: ignore[no-any-return]
 
 
 def powertools_measure(
@@ -296,7 +296,7 @@ def main() -> None:
     for tool in ("redis-server", "redis-benchmark"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} not found on PATH")
-    parsers = [("py", _AsyncRESP2Parser, _RESP2Parser)]
+    parsers: list[tuple[str, type, type]] = [("py", _AsyncRESP2Parser, _RESP2Parser)]
     if HIREDIS_AVAILABLE:
         parsers.append(("hiredis", _AsyncHiredisParser, _HiredisParser))
     samples = Samples()
@@ -400,10 +400,10 @@ def report(samples: Samples, tags: list[str], pts: dict[str, Any], args: Any, to
             rb = "rb claim" if kind == "first" else "rb replay"
             if not cpu:
                 what = "EVALSHA claim ÷ 2" if kind == "first" else "EVALSHA claim, completed key"
-                cells = []
+                cells = []  # type: ignore[assignment]  # a str above, a list of cells here
                 for c in CONCURRENCY:
                     v = samples.median(rb, c)
-                    cells.append("–" if v is None else f"{v / (2 if kind == 'first' else 1):,.0f}")
+                    cells.append("–" if v is None else f"{v / (2 if kind == 'first' else 1):,.0f}")  # type: ignore[attr-defined]
                 print(f"| redis-benchmark ceiling ({what}) | C | " + " | ".join(cells) + " |")
             for tag in tags:
                 ratio_row("idemtools on ÷ raw loop", tag, f"it-on {kind} {tag}",

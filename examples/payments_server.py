@@ -30,7 +30,7 @@ from idemtools.conformance import add_fixture_tools
 from idemtools.stores import from_url
 
 try:  # mcp 2.x
-    from mcp.server.mcpserver import MCPServer as Server
+    from mcp.server.mcpserver import MCPServer as Server  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # mcp 1.x
     from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,assignment,attr-defined,unused-ignore]
 

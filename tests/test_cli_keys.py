@@ -137,7 +137,7 @@ async def test_release_frees_a_hung_key_fenced_by_owner(store_url: str) -> None:
     other = Engine(from_url(store_url), registry=Registry())
     tool = Tool(hang=True)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(hung.handle, call("k"), tool)
+        tg.start_soon(hung.handle, call("k"), tool)  # type: ignore[arg-type]  # a coroutine, typed Awaitable
         try:
             with anyio.fail_after(10):
                 await tool.started.wait()

@@ -32,6 +32,7 @@ from idemtools import (
     per_session,
     shared,
 )
+from idemtools.adapters import SDK2
 from idemtools.docs import (
     JSON_SCHEMA,
     NotInstalledError,
@@ -183,9 +184,9 @@ async def test_sqlite_store_is_described(tmp_path: Path) -> None:
 
 
 def _new_server(name: str) -> Any:
-    try:
+    if SDK2:
         from mcp.server.mcpserver import MCPServer as Server
-    except ImportError:
+    else:
         from mcp.server.fastmcp import FastMCP as Server
     server: Any = Server(name)
 
@@ -347,7 +348,7 @@ def _contexts() -> dict[str, list[CallContext]]:
 def test_scope_labels_per_transport_match_what_the_scope_does(strategy: Scope) -> None:
     """A transport is labelled "refused" exactly when the strategy never answers there."""
     for transport, contexts in _contexts().items():
-        answers = []
+        answers: list[str | None] = []
         for ctx in contexts:
             try:
                 answers.append(strategy(ctx))

@@ -41,7 +41,7 @@ class Tree(pydantic.BaseModel):
 
 def _has_email() -> bool:
     try:
-        import email_validator  # noqa: F401
+        import email_validator  # type: ignore[import-not-found]  # noqa: F401
     except ImportError:
         return False
     return True

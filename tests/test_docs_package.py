@@ -16,6 +16,7 @@ import pytest
 
 import idemtools.docs as docs
 from idemtools import install
+from idemtools.adapters import SDK2
 from idemtools.docs import DocsError, describe, example_arguments, render_markdown
 from idemtools.docs import examples as docs_examples
 from idemtools.docs import model as docs_model
@@ -95,7 +96,7 @@ def test_store_text_is_the_one_place_the_page_learns_about_the_store() -> None:
     class Custom:
         kind = "custom"
 
-    custom = store_text(Custom())
+    custom = store_text(Custom())  # type: ignore[arg-type]  # deliberately not a whole Store
     assert custom.label == "custom store (custom)"
     assert custom.bound is None and custom.max_records is None
 
@@ -132,10 +133,8 @@ def test_describe_reads_the_store_only_through_store_text(
 
 def _lowlevel_with_add() -> Any:
     """A low-level server of the installed SDK line whose `tools/list` answers one tool, `add`."""
-    import importlib.util
-
     schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
-    if importlib.util.find_spec("mcp_types") is not None:  # mcp 2.x
+    if SDK2:  # mcp 2.x
         import mcp_types as types
         from mcp.server.lowlevel import Server
 
@@ -143,16 +142,17 @@ def _lowlevel_with_add() -> Any:
             return types.ListToolsResult(tools=[types.Tool(name="add", input_schema=schema)])
 
         return Server("low-docs", on_list_tools=list_tools)
-    from mcp import types as types1
-    from mcp.server.lowlevel import Server as Server1
+    else:
+        from mcp import types as types1
+        from mcp.server.lowlevel import Server as Server1
 
-    server: Any = Server1("low-docs")
+        server: Any = Server1("low-docs")
 
-    @server.list_tools()  # type: ignore[misc,no-untyped-call]
-    async def list_tools1() -> list[Any]:
-        return [types1.Tool(name="add", inputSchema=schema)]
+        @server.list_tools()  # type: ignore[misc,no-untyped-call]
+        async def list_tools1() -> list[Any]:
+            return [types1.Tool(name="add", inputSchema=schema)]
 
-    return server
+        return server
 
 
 def test_a_lowlevel_servers_page_lists_only_the_tools_it_lists(

@@ -262,7 +262,8 @@ async def test_a_completion_after_the_lease_is_a_lapse_counted_logged_and_export
         if m.name == "idemtools.lease.lapses"
         for p in m.data.data_points
     ]
-    assert [(dict(p.attributes), p.value) for p in points] == [
+    # a counter's points: `NumberDataPoint`s, with the attributes OTel types as optional
+    assert [(dict(p.attributes), p.value) for p in points] == [  # type: ignore[arg-type,union-attr]
         ({"idemtools.store.name": "memory"}, 1)
     ]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import importlib.util
 import inspect
 import math
 import threading
@@ -29,6 +28,7 @@ from idemtools import (
     policy_of,
     shared,
 )
+from idemtools.adapters import SDK2
 
 
 @pytest.fixture(autouse=True)
@@ -159,7 +159,7 @@ def test_refused_options_register_nothing() -> None:
 
 def test_non_callable_positional_argument_refused() -> None:
     with pytest.raises(TypeError):
-        idempotent(42)
+        idempotent(42)  # type: ignore[call-overload]  # deliberately not a callable
 
 
 def test_callable_without_name_needs_name() -> None:
@@ -312,13 +312,14 @@ def test_redecorating_replaces_the_policy() -> None:
 
 
 def _server() -> Any:
-    if importlib.util.find_spec("mcp_types") is not None:  # mcp 2.x
+    if SDK2:  # mcp 2.x
         from mcp.server.mcpserver import MCPServer
 
         return MCPServer("schema-test")
-    from mcp.server.fastmcp import FastMCP  # mcp 1.x
+    else:
+        from mcp.server.fastmcp import FastMCP  # mcp 1.x
 
-    return FastMCP("schema-test")
+        return FastMCP("schema-test")
 
 
 def _tool_info(server: Any, name: str) -> tuple[Any, Any]:
@@ -395,10 +396,11 @@ _ACCEPTS = "a datetime.timedelta or a number of seconds (int or float)"
 @pytest.mark.parametrize("option", ["retention", "lease"])
 @pytest.mark.parametrize("bad", ["24h", "60", None, True, False, [60], b"60", object()])
 def test_wrong_duration_type_names_the_option(option: str, bad: object) -> None:
+    wrong: dict[str, Any] = {option: bad}  # deliberately the wrong type: Any past the checker
     for build in (
-        lambda: Policy.of(**{option: bad}),
-        lambda: idempotent(registry=Registry(), **{option: bad}),
-        lambda: Policy(**{option: bad}),
+        lambda: Policy.of(**wrong),
+        lambda: idempotent(registry=Registry(), **wrong),
+        lambda: Policy(**wrong),
     ):
         with pytest.raises(TypeError) as caught:
             build()
@@ -419,8 +421,9 @@ def test_wrong_duration_type_names_the_option(option: str, bad: object) -> None:
     ),
 )
 def test_non_positive_or_infinite_durations_name_the_option(option: str, bad: object) -> None:
+    wrong: dict[str, Any] = {option: bad}
     with pytest.raises(ValueError) as caught:
-        Policy.of(**{option: bad})
+        Policy.of(**wrong)
     assert str(caught.value).startswith(f"{option} must be a positive, finite duration")
     assert _ACCEPTS in str(caught.value)
 

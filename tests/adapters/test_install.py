@@ -8,6 +8,7 @@ import pytest
 
 import idemtools
 from idemtools import InstallError
+from idemtools.adapters import SDK2
 
 from ..e2e.harness import LINE, error_type, make_app, memory_wire, result_text, types
 
@@ -52,7 +53,7 @@ def test_installation_lists_tools_with_their_policies() -> None:
 
 def _lowlevel_server(runs: list[int], *, register: bool = True) -> Any:
     """A low-level server of the installed line with one tool, `add`."""
-    if LINE == 2:
+    if SDK2:
         from mcp.server.lowlevel import Server
 
         async def list_tools(ctx: Any, params: Any) -> Any:
@@ -68,18 +69,19 @@ def _lowlevel_server(runs: list[int], *, register: bool = True) -> Any:
             return Server("low", on_list_tools=list_tools, on_call_tool=call_tool)
         return Server("low", on_list_tools=list_tools)
 
-    from mcp.server.lowlevel import Server as Server1
+    else:
+        from mcp.server.lowlevel import Server as Server1
 
-    server = Server1("low")
+        server = Server1("low")
 
-    @server.list_tools()  # type: ignore[misc,no-untyped-call]
-    async def list_tools1() -> list[Any]:
-        schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
-        return [types.Tool(name="add", inputSchema=schema)]
+        @server.list_tools()  # type: ignore[misc,no-untyped-call]
+        async def list_tools1() -> list[Any]:
+            schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
+            return [types.Tool(name="add", inputSchema=schema)]
 
-    if register:
-        _register_call_tool1(server, runs)
-    return server
+        if register:
+            _register_call_tool1(server, runs)
+        return server
 
 
 def _register_call_tool1(server: Any, runs: list[int]) -> None:

@@ -54,7 +54,7 @@ def build(kind: str, ledger: str, store_url: str) -> Any:
         return f"done {label} pid {os.getpid()}"
 
     grace = os.environ.get("BOUNDARY_GRACE")
-    options = {"shutdown_grace": float(grace)} if grace else {}
+    options: dict[str, Any] = {"shutdown_grace": float(grace)} if grace else {}
     idemtools.install(server, store=from_url(store_url), **options)
     return server
 

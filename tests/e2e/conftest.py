@@ -28,6 +28,7 @@ def served(request: pytest.FixtureRequest) -> Served:
     async def open_(**app_options: Any) -> AsyncIterator[tuple[App, Any]]:
         stateless = kind == "http-stateless"
         async with AsyncExitStack() as stack:
+            wire: Any  # a MemoryWire or an HttpWire: the tests speak to either
             if kind == "memory":
                 app = make_app(**app_options)
                 wire = await stack.enter_async_context(memory_wire(app))

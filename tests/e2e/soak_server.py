@@ -11,19 +11,21 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 import uvicorn
 
 import idemtools
 from idemtools import idempotent, shared
+from idemtools.adapters import SDK2
 from idemtools.stores import from_url
 from tests.e2e.harness import LINE, _Server
 
 LEASE = 1.5  # longer than a Redis restart plus one renewal interval: see test_soak.py
 
 
-def build(ledger: str) -> object:
-    kwargs = {"stateless_http": True, "json_response": True} if LINE == 1 else {}
+def build(ledger: str) -> Any:
+    kwargs: dict[str, Any] = {"stateless_http": True, "json_response": True} if LINE == 1 else {}
     server = _Server("soak-server", **kwargs)
 
     @server.tool()
@@ -39,9 +41,10 @@ def build(ledger: str) -> object:
         return f"done {label}"
 
     idemtools.install(server, store=from_url(os.environ["IDEMTOOLS_STORE"]))
-    if LINE == 2:
+    if SDK2:
         return server.streamable_http_app(stateless_http=True, json_response=True)
-    return server.streamable_http_app()
+    else:
+        return server.streamable_http_app()
 
 
 def main() -> None:

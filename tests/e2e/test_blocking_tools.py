@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +137,7 @@ def _postgres_stores() -> Iterator[tuple[Store, Store]]:
 
 @contextlib.asynccontextmanager
 async def _fleet(kind: str, tmp_path: Path) -> AsyncIterator[tuple[App, App, str, str]]:
-    stores = {
+    stores: Callable[[], Any] = {
         "redis": _redis_stores,
         "postgres": _postgres_stores,
         "sqlite": lambda: _sqlite_stores(tmp_path),

@@ -10,15 +10,16 @@ import anyio
 import pytest
 
 import idemtools
+from idemtools.adapters import SDK2
 from idemtools.client import NO_RETRY, RetryPolicy, advertises_idempotency, call_tool, new_key
 from idemtools.errors import ConflictError, InProgressError, KeyInvalidError
 
-from .harness import LINE, App, make_app
+from .harness import App, make_app
 
 
 @contextlib.asynccontextmanager
 async def session_for(app: App) -> AsyncIterator[Any]:
-    if LINE == 2:
+    if SDK2:
         from mcp.client import Client
 
         async with Client(app.server, mode="legacy") as client:
@@ -172,7 +173,7 @@ def _plain_server(answers: list[tuple[int, str, Any] | None]) -> tuple[Any, list
         calls.append(1)
         return answers[min(len(calls), len(answers)) - 1]
 
-    if LINE == 2:
+    if SDK2:
         from mcp.shared.exceptions import MCPError
 
         from .harness import _Server
@@ -187,28 +188,29 @@ def _plain_server(answers: list[tuple[int, str, Any] | None]) -> tuple[Any, list
             return f"done #{len(calls)}"
 
         return server, calls
-    # mcp 1.x turns whatever a tool raises into an isError result: answer the request itself.
-    from mcp import types as types1
-    from mcp.server.lowlevel import Server
-    from mcp.shared.exceptions import McpError
+    else:
+        # mcp 1.x turns whatever a tool raises into an isError result: answer the request itself.
+        from mcp import types as types1
+        from mcp.server.lowlevel import Server
+        from mcp.shared.exceptions import McpError
 
-    lowlevel: Any = Server("plain")
+        lowlevel: Any = Server("plain")
 
-    async def call(req: Any) -> Any:
-        answer = next_answer()
-        if answer is not None:
-            code, message, data = answer
-            raise McpError(types1.ErrorData(code=code, message=message, data=data))
-        text = types1.TextContent(type="text", text=f"done #{len(calls)}")
-        return types1.ServerResult(types1.CallToolResult(content=[text]))
+        async def call(req: Any) -> Any:
+            answer = next_answer()
+            if answer is not None:
+                code, message, data = answer
+                raise McpError(types1.ErrorData(code=code, message=message, data=data))
+            text = types1.TextContent(type="text", text=f"done #{len(calls)}")
+            return types1.ServerResult(types1.CallToolResult(content=[text]))
 
-    lowlevel.request_handlers[types1.CallToolRequest] = call
-    return lowlevel, calls
+        lowlevel.request_handlers[types1.CallToolRequest] = call
+        return lowlevel, calls
 
 
 @contextlib.asynccontextmanager
 async def _plain_session(server: Any) -> AsyncIterator[Any]:
-    if LINE == 2:
+    if SDK2:
         from mcp.client import Client
 
         async with Client(server, mode="legacy") as client:

@@ -20,6 +20,7 @@ from idemtools import (
     per_session,
     shared,
 )
+from idemtools.adapters import SDK2
 from idemtools.client import (
     NO_RETRY,
     RetryPolicy,
@@ -36,16 +37,16 @@ from .harness import LINE, _Server, make_app
 
 ERAS = ["legacy", "modern"] if LINE == 2 else ["legacy"]
 
-if LINE == 2:
+if SDK2:
     from mcp.shared.exceptions import MCPError as SDK_ERROR
 else:
-    from mcp.shared.exceptions import McpError as SDK_ERROR  # type: ignore[attr-defined,no-redef]
+    from mcp.shared.exceptions import McpError as SDK_ERROR
 
 
 @contextlib.asynccontextmanager
 async def session_in(server: Any, era: str) -> AsyncIterator[Any]:
     if era == "modern":
-        from mcp.client import Client
+        from mcp.client import Client  # type: ignore[attr-defined]  # mcp 2.x only
 
         async with Client(server) as client:  # 2026-07-28: server/discover, no handshake
             yield client
@@ -213,7 +214,7 @@ async def test_low_level_server_metadata_keeps_its_own_meta() -> None:
     from mcp.server.lowlevel import Server
 
     own = {"name": "transfer", "inputSchema": {"type": "object"}, "_meta": {"acme/x": 1}}
-    if LINE == 2:
+    if SDK2:
         import mcp_types as types
 
         server = Server("low")
@@ -242,7 +243,7 @@ async def test_low_level_server_metadata_keeps_its_own_meta() -> None:
         TOOL_META_KEY: {"retentionSeconds": 86400, "scope": "auth_subject"},
     }
     assert info == ToolIdempotency(retention=86400, scope="auth_subject")
-    if LINE == 1:
+    if not SDK2:
         assert tool.meta == {"acme/x": 1}  # the server's own Tool object is not edited
 
 

@@ -11,8 +11,9 @@ from .harness import LINE, MODERN, http_wire, make_app, serve_http
 pytestmark = pytest.mark.skipif(LINE != 2, reason="multi round-trip requests exist on mcp 2.x")
 
 if LINE == 2:  # module level: the SDK evaluates the tool's annotations in these globals
-    import mcp_types as types
-    from mcp.server.mcpserver import Context
+    # `LINE`, not `SDK2`: the tool below is checked on either line (Any on 1.x)
+    import mcp_types as types  # type: ignore[import-not-found]
+    from mcp.server.mcpserver import Context  # type: ignore[import-not-found]
 
 
 def _confirm_tool(app: Any) -> None:

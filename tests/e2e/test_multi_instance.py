@@ -26,7 +26,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -269,7 +269,7 @@ def fleet(
     """Three instances of the example server sharing one store; stopped even on failure."""
     kind: str = request.param
     tmp = tmp_path_factory.mktemp(f"fleet-{kind}")
-    shared_store = {
+    shared_store: Callable[[], Any] = {
         "redis": _redis_store,
         "postgres": _postgres_store,
         "redis-cluster": lambda: _cluster_store(request),

@@ -191,7 +191,7 @@ async def test_jsonrpc_error_replayed() -> None:
     from .harness import make_app, memory_wire, types
 
     app = make_app()
-    from mcp.shared.exceptions import MCPError
+    from mcp.shared.exceptions import MCPError  # type: ignore[attr-defined]  # mcp 2.x only
 
     @app.server.tool()
     async def guarded(x: int) -> str:

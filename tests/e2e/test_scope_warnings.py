@@ -14,13 +14,14 @@ import pytest
 
 import idemtools
 from idemtools import by_auth_subject, idempotent, per_session, shared
+from idemtools.adapters import SDK2
 
 from .harness import LEGACY, LINE, http_wire, serve_asgi
 
-if LINE == 2:
+if SDK2:
     from mcp.server.mcpserver import MCPServer as Server
 else:
-    from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,assignment]
+    from mcp.server.fastmcp import FastMCP as Server
 
 
 def server_with_scopes(**kwargs: Any) -> Any:

@@ -89,8 +89,8 @@ async def test_every_outcome_is_exported_over_the_wire(served: Served) -> None:
 
     data = reader.get_metrics_data()
     assert data is not None
-    counts = {
-        (p.attributes["gen_ai.tool.name"], p.attributes["idemtools.outcome"]): p.value
+    counts = {  # a counter's points, with the attributes OTel types as optional
+        (p.attributes["gen_ai.tool.name"], p.attributes["idemtools.outcome"]): p.value  # type: ignore[index,union-attr]
         for rm in data.resource_metrics
         for sm in rm.scope_metrics
         for m in sm.metrics
@@ -132,6 +132,7 @@ async def test_invented_tool_names_over_the_wire_are_one_series(served: Served) 
     data = reader.get_metrics_data()
     assert data is not None
     counts: dict[str, int] = {}
+    p: Any  # a counter's points, with the attributes OTel types as optional
     for rm in data.resource_metrics:
         for sm in rm.scope_metrics:
             for m in sm.metrics:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import idemtools
+from idemtools.adapters import SDK2
 
-from .harness import LINE, make_app, memory_wire, result_text, types
+from .harness import make_app, memory_wire, result_text, types
 
 PARAMS = {"name": "refund", "arguments": {"amount": 7}, "idempotencyKey": "k-unknown"}
 
@@ -43,7 +44,7 @@ def _lowlevel(tools: dict[str, Any], runs: list[str]) -> Any:
     """A low-level server serving `tools` (name → text), answering unknown names as the SDK's
     own servers do: an `isError` result, "Unknown tool: <name>"."""
     schema = {"type": "object"}
-    if LINE == 2:
+    if SDK2:
         from mcp.server.lowlevel import Server
 
         async def list_tools(ctx: Any, params: Any) -> Any:
@@ -60,22 +61,23 @@ def _lowlevel(tools: dict[str, Any], runs: list[str]) -> Any:
 
         return Server("low", on_list_tools=list_tools, on_call_tool=call_tool)
 
-    from mcp.server.lowlevel import Server as Server1
+    else:
+        from mcp.server.lowlevel import Server as Server1
 
-    server = Server1("low")
+        server = Server1("low")
 
-    @server.list_tools()  # type: ignore[misc,no-untyped-call]
-    async def list_tools1() -> list[Any]:
-        return [types.Tool(name=n, inputSchema=schema) for n in tools]
+        @server.list_tools()  # type: ignore[misc,no-untyped-call]
+        async def list_tools1() -> list[Any]:
+            return [types.Tool(name=n, inputSchema=schema) for n in tools]
 
-    @server.call_tool()  # type: ignore[misc]
-    async def call_tool1(name: str, arguments: dict[str, Any]) -> list[Any]:
-        if name not in tools:
-            raise ValueError(f"Unknown tool: {name}")
-        runs.append(name)
-        return [types.TextContent(type="text", text=tools[name])]
+        @server.call_tool()  # type: ignore[misc]
+        async def call_tool1(name: str, arguments: dict[str, Any]) -> list[Any]:
+            if name not in tools:
+                raise ValueError(f"Unknown tool: {name}")
+            runs.append(name)
+            return [types.TextContent(type="text", text=tools[name])]
 
-    return server
+        return server
 
 
 class _LowApp:

@@ -298,7 +298,7 @@ async def test_conflict_while_in_progress(engine: Engine) -> None:
 
     tool = Tool()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(engine.handle, call("k", {"amount": 1}), slow)
+        tg.start_soon(engine.handle, call("k", {"amount": 1}), slow)  # type: ignore[arg-type]  # a coroutine, typed Awaitable
         await started.wait()
         try:
             answer = await engine.handle(call("k", {"amount": 2}), tool)
@@ -526,7 +526,7 @@ async def test_stale_owner_cannot_complete_over_a_running_newer_claim(
 
     async def stale() -> Outcome:
         clock.advance(LEASE + 1)
-        tg.start_soon(engine.handle, call("k"), newer)
+        tg.start_soon(engine.handle, call("k"), newer)  # type: ignore[arg-type]  # a coroutine, typed Awaitable
         await started.wait()
         return ok("stale")  # completes while the newer claim is still running
 
@@ -845,7 +845,8 @@ async def test_scopes_opened_before_the_first_suspension_belong_to_the_execution
     async def tool() -> Outcome:
         nonlocal runs
         runs += 1
-        timeout = asyncio.timeout(10) if sys.version_info >= (3, 11) else contextlib.nullcontext()
+        # mypy reads the tests as Python 3.10 (no `asyncio.timeout`): the version check guards it
+        timeout = asyncio.timeout(10) if sys.version_info >= (3, 11) else contextlib.nullcontext()  # type: ignore[attr-defined]
         with anyio.fail_after(10):
             async with timeout:
                 started.set()

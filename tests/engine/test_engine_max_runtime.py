@@ -64,7 +64,7 @@ async def _scenario(store: Store, max_runtime: float | None, caplog: pytest.LogC
     retry: Outcome | None = None
     with caplog.at_level(logging.ERROR, logger="idemtools"):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(engine.handle, _call(policy), tool)
+            tg.start_soon(engine.handle, _call(policy), tool)  # type: ignore[arg-type]  # a coroutine, typed Awaitable
             try:
                 with anyio.fail_after(5):
                     await tool.started.wait()

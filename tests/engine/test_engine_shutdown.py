@@ -136,7 +136,9 @@ async def test_native_task_cancel_during_claim_releases_the_key() -> None:
         proxy.delay = DELAY
         tool = Tool()
         sent = proxy.received
-        task = asyncio.get_running_loop().create_task(engine.handle(call("k"), tool))
+        task: asyncio.Task[Outcome] = asyncio.get_running_loop().create_task(
+            engine.handle(call("k"), tool)  # type: ignore[arg-type]  # a coroutine, typed Awaitable
+        )
         await proxy.wait_received(sent + 1)  # the claim is in the relay now
         task.cancel()  # goes through any anyio shield
         with pytest.raises(asyncio.CancelledError):
@@ -201,7 +203,7 @@ async def test_aclose_gives_up_after_the_grace_and_says_so(
     tool = Tool(gated=True)
     with caplog.at_level(logging.ERROR, logger="idemtools"):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(engine.handle, call("k"), tool)
+            tg.start_soon(engine.handle, call("k"), tool)  # type: ignore[arg-type]  # a coroutine, typed Awaitable
             with anyio.fail_after(10):
                 await tool.started.wait()
             started = time.monotonic()
@@ -335,7 +337,7 @@ def test_past_the_grace_the_last_call_out_records_and_closes(tmp_path: Path, bac
         engine = Engine(SQLiteStore(path), registry=Registry())
         tool = Tool(gated=True)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(engine.handle, call("k"), tool)
+            tg.start_soon(engine.handle, call("k"), tool)  # type: ignore[arg-type]  # a coroutine, typed Awaitable
             with anyio.fail_after(10):
                 await tool.started.wait()
             with anyio.fail_after(5):

@@ -34,6 +34,7 @@ async def run_ok() -> Outcome:
 def operations(reader: InMemoryMetricReader) -> dict[str, int]:
     data = reader.get_metrics_data()
     counts: dict[str, int] = {}
+    point: Any  # a histogram's points, with the attributes OTel types as optional
     for resource in data.resource_metrics if data is not None else ():
         for scope in resource.scope_metrics:
             for metric in scope.metrics:

@@ -41,7 +41,7 @@ def token(*scopes: str) -> str:
     return KEYS.create_token(subject="alice", issuer=ISSUER, audience=AUDIENCE, scopes=list(scopes))
 
 
-class RequireBilling(Middleware):
+class RequireBilling(Middleware):  # type: ignore[misc]  # Any without fastmcp
     """A deployment's own authorization middleware: `invoice` needs the `billing` scope."""
 
     def __init__(self) -> None:
@@ -143,7 +143,7 @@ async def test_a_middleware_refusing_on_the_way_out_refuses_the_replay_too() -> 
     built = build("none")
     allowed = {"yes": True}
 
-    class RefuseAfter(Middleware):
+    class RefuseAfter(Middleware):  # type: ignore[misc]
         async def on_call_tool(self, context: Any, call_next: Any) -> Any:
             result = await call_next(context)
             if not allowed["yes"]:
@@ -169,7 +169,7 @@ async def test_middleware_that_calls_on_twice_never_runs_a_keyed_tool_twice() ->
     # once per keyed call; a second pass is refused, not executed.
     built = build("none")
 
-    class Twice(Middleware):
+    class Twice(Middleware):  # type: ignore[misc]
         async def on_call_tool(self, context: Any, call_next: Any) -> Any:
             await call_next(context)
             return await call_next(context)
@@ -255,7 +255,7 @@ async def test_an_extension_interceptor_answering_for_the_tool_is_the_recorded_e
     built = build("custom")
     queued: list[str] = []
 
-    class Queue(ServerExtension):
+    class Queue(ServerExtension):  # type: ignore[misc]
         identifier = "io.github.idemtools/test-queue"
 
         async def intercept_tool_call(self, params: Any, context: Any, call_next: Any) -> Any:
@@ -334,7 +334,7 @@ async def test_a_keyed_call_whose_caller_left_finishes_and_its_retry_replays(how
     assert app.count("slow") == 1
 
 
-class RequireNothing(Middleware):
+class RequireNothing(Middleware):  # type: ignore[misc]  # Any without fastmcp
     """A middleware in the chain, so that the call is decided at its end."""
 
     async def on_call_tool(self, context: Any, call_next: Any) -> Any:

@@ -21,10 +21,11 @@ from idemtools import (
     per_session,
     scope,
 )
+from idemtools.adapters import SDK2
 
-try:  # mcp 2.x
+if SDK2:  # mcp 2.x
     from mcp.server.mcpserver import MCPServer as _Server
-except ImportError:  # mcp 1.x
+else:  # mcp 1.x
     from mcp.server.fastmcp import FastMCP as _Server
 
 registry = Registry()

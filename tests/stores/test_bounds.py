@@ -11,7 +11,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -124,7 +124,7 @@ def engine_scope(engine: Engine, call: ToolCall) -> str:
     from idemtools.engine import _scope_hash
 
     policy = engine.policy_for(call.name, call.policy)
-    return _scope_hash(policy, call.context, call.key)
+    return _scope_hash(policy, call.context, cast(str, call.key))  # a raw key is `object`
 
 
 # -- fair defaults: one caller cannot lock the others out -----------------------------------
@@ -149,7 +149,8 @@ async def test_default_store_cannot_be_filled_by_one_caller(
     `idempotency_store_full`."""
     store: Store
     if kind == "memory":  # default max_records 100,000: the flood of small outcomes is 10,001
-        store = MemoryStore(**({"max_bytes": 64 << 20} if size > 10 else {}))
+        bound: dict[str, Any] = {"max_bytes": 64 << 20} if size > 10 else {}
+        store = MemoryStore(**bound)
     else:
         # A flooder is checked once the file is half full: it stops near half of it.
         store = SQLiteStore(tmp_path / "fair.db", max_bytes=(12 << 20) if size > 10 else 256 << 10)

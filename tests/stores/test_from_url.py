@@ -50,9 +50,9 @@ async def test_sqlite_bounds_from_query(tmp_path: Path) -> None:
     assert from_url(f"sqlite://{tmp_path / 'x.db'}").max_bytes == 1 << 30  # type: ignore[attr-defined]
     # A keyword wins over the query, as for every option.
     assert (
-        from_url("memory://?max_records_per_scope=9", max_records_per_scope=3).max_records_per_scope
+        from_url("memory://?max_records_per_scope=9", max_records_per_scope=3).max_records_per_scope  # type: ignore[attr-defined]
         == 3
-    )  # type: ignore[attr-defined]
+    )
 
 
 def test_quota_from_query_on_shared_stores() -> None:

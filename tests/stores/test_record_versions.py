@@ -18,7 +18,7 @@ import sys
 import tarfile
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -44,7 +44,8 @@ def _call(key: str, arguments: dict[str, Any] | None = None) -> ToolCall:
 
 
 def _scope(engine: Engine, call: ToolCall) -> str:
-    return _scope_hash(engine.policy_for(call.name, call.policy), call.context, call.key)
+    key = cast(str, call.key)  # the raw key is `object`; these tests pass strings
+    return _scope_hash(engine.policy_for(call.name, call.policy), call.context, key)
 
 
 class _Tool:

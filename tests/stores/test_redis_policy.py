@@ -275,7 +275,7 @@ async def test_completion_on_a_full_redis_keeps_a_tombstone_and_never_runs_again
         engine = Engine(store)
         tool = _Slow()
         try:
-            running = asyncio.create_task(engine.handle(_call("big"), tool))
+            running: asyncio.Task[Outcome] = asyncio.create_task(engine.handle(_call("big"), tool))  # type: ignore[arg-type]
             while tool.runs == 0:
                 await asyncio.sleep(0.01)
             with filled_redis(url):
