@@ -92,7 +92,7 @@ async def redis_py(port: int, hiredis: bool, coalesce: bool = False) -> AsyncIte
 
 @contextlib.asynccontextmanager
 async def coredis_client(port: int) -> AsyncIterator[Call]:
-    import coredis  # type: ignore[import-not-found]  # optional comparison client
+    import coredis  # optional comparison client
 
     async with coredis.Redis(host="127.0.0.1", port=port) as client:
         await client.script_load(CLAIM.text)
@@ -105,7 +105,7 @@ async def coredis_client(port: int) -> AsyncIterator[Call]:
 
 @contextlib.asynccontextmanager
 async def glide_client(port: int) -> AsyncIterator[Call]:
-    from glide import (  # type: ignore[import-not-found]  # optional comparison client
+    from glide import (  # optional comparison client
         GlideClient,
         GlideClientConfiguration,
         NodeAddress,

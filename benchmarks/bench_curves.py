@@ -640,10 +640,10 @@ async def concurrency_curves(
 
 
 def plot_records(rows: list[SizeRow], path: Path) -> None:
-    import matplotlib  # type: ignore[import-not-found]  # optional, for the plots
+    import matplotlib  # optional, for the plots
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # type: ignore[import-not-found]
+    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(OPS), figsize=(17, 4.2), sharey=True)
     stores = list(dict.fromkeys(r.store for r in rows))

@@ -110,11 +110,11 @@ async def redis_round_trips(rounds: int) -> dict[str, float]:
 
 def powertools_throughput(calls: int) -> dict[str, float] | str:
     try:
-        from aws_lambda_powertools.utilities.idempotency import (  # type: ignore[import-not-found]
+        from aws_lambda_powertools.utilities.idempotency import (
             IdempotencyConfig,
             idempotent_function,
         )
-        from aws_lambda_powertools.utilities.idempotency.persistence.redis import (  # type: ignore[import-not-found]
+        from aws_lambda_powertools.utilities.idempotency.persistence.redis import (
             RedisCachePersistenceLayer,
         )
     except ImportError as exc:

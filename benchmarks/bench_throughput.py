@@ -235,11 +235,11 @@ def redis_benchmark(port: int, c: int, samples: Samples, seconds: float) -> None
 
 def powertools_setup(port: int, parser: type) -> Callable[..., Any] | str:
     try:
-        from aws_lambda_powertools.utilities.idempotency import (  # type: ignore[import-not-found]
+        from aws_lambda_powertools.utilities.idempotency import (
             IdempotencyConfig,
             idempotent_function,
         )
-        from aws_lambda_powertools.utilities.idempotency.persistence.redis import (  # type: ignore[import-not-found]
+        from aws_lambda_powertools.utilities.idempotency.persistence.redis import (
             RedisCachePersistenceLayer,
         )
     except ImportError as exc:
