@@ -33,7 +33,6 @@ import contextlib
 import logging
 import random
 import time
-import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -41,7 +40,8 @@ from typing import Any
 
 import anyio
 
-from .adapters import SDK2, patches
+from ._client_base import ToolIdempotency, advertises_idempotency, new_key
+from .adapters import SDK2
 from .engine import key_digest
 from .errors import (
     IdempotencyNotSupportedError,
@@ -49,10 +49,12 @@ from .errors import (
     StoreUnavailableError,
     error_from_data,
 )
-from .policy import TOOL_META_KEY
+from .keyed_session import KeyedSession, RetryKeys
 
 __all__ = [
     "NO_RETRY",
+    "KeyedSession",
+    "RetryKeys",
     "RetryPolicy",
     "ToolIdempotency",
     "advertises_idempotency",
@@ -68,7 +70,7 @@ if SDK2:
     from .adapters import mcp2 as _sdk
 else:
     from .adapters import mcp1 as _sdk
-patches.declare_capability_field()  # read when the session connects; a no-op on mcp 1.x
+
 
 SessionSource = Any | Callable[[], Awaitable[Any]]
 
@@ -79,19 +81,6 @@ _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError,
     OSError,
 )
-
-
-def new_key() -> str:
-    """A fresh key: UUID4, enough entropy that unrelated calls never collide (SEP, Security)."""
-    return str(uuid.uuid4())
-
-
-def advertises_idempotency(session: Any) -> bool:
-    """True when the server declared `capabilities.tools.idempotency`.
-
-    Without it, a key is harmless but guarantees nothing: the server may run a retry twice.
-    """
-    return _sdk.advertises(getattr(session, "session", session) if SDK2 else session)
 
 
 @dataclass(frozen=True)
@@ -253,32 +242,6 @@ def _not_supported(name: str) -> IdempotencyNotSupportedError:
 
 
 # -- per-tool metadata (opt-in on the server: install(..., advertise_tool_metadata=True)) ------
-
-
-@dataclass(frozen=True)
-class ToolIdempotency:
-    """What a server published about one tool in `tools/list` (`_meta[TOOL_META_KEY]`).
-
-    Attributes:
-        retention: seconds the server replays a completed answer; a retry after that may run
-            the tool again (so `call_tool` stops retrying by then).
-        scope: whose records a key can match: "auth_subject", "client_id", "session",
-            "shared", "local_user", "custom" or "composite".
-    """
-
-    retention: int
-    scope: str
-
-    @classmethod
-    def from_meta(cls, meta: object) -> ToolIdempotency | None:
-        """Read a tool's `_meta`; None when it carries no (well-formed) idemtools metadata."""
-        value = meta.get(TOOL_META_KEY) if isinstance(meta, dict) else None
-        if not isinstance(value, dict):
-            return None
-        retention, scope = value.get("retentionSeconds"), value.get("scope")
-        if not isinstance(retention, int) or isinstance(retention, bool) or retention < 0:
-            return None
-        return cls(retention=retention, scope=scope if isinstance(scope, str) else "unknown")
 
 
 _TOOL_INFO: weakref.WeakKeyDictionary[Any, dict[str, ToolIdempotency]] = weakref.WeakKeyDictionary()

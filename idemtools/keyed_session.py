@@ -46,8 +46,8 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 
+from ._client_base import ToolIdempotency, advertises_idempotency, new_key
 from .canonical import CanonicalizationError, fingerprint
-from .client import ToolIdempotency, advertises_idempotency, new_key
 from .errors import IdempotencyNotSupportedError
 
 __all__ = [

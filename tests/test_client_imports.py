@@ -24,7 +24,13 @@ INTEGRATIONS = sorted(
 )
 CLIENT_MODULES = ["idemtools.keyed_session", *INTEGRATIONS]
 # What client code may import from idemtools itself.
-ALLOWED = {"idemtools", "idemtools.client", "idemtools.errors", "idemtools.canonical"}
+ALLOWED = {
+    "idemtools",
+    "idemtools.client",
+    "idemtools._client_base",
+    "idemtools.errors",
+    "idemtools.canonical",
+}
 SERVER_SIDE = (
     "idemtools.engine",
     "idemtools.stores",

@@ -111,7 +111,7 @@ def group(module: str) -> str:
         return head
     if head == "conformance":
         return "conformance.server" if parts[1:] == ["_server_fixtures"] else "conformance"
-    if head == "keyed_session":
+    if head in ("keyed_session", "_client_base"):
         return "client"  # the client side: idemtools.client and the session wrapper on it
     if head in ("installation", "client", "testing", "keys", "docs", "proxy", "integrations"):
         return head

@@ -6,7 +6,7 @@ import anyio
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from idemtools.keyed_session import KeyedSession
+from idemtools.client import KeyedSession
 
 SERVER = [sys.executable, "examples/payments_server.py"]
 
