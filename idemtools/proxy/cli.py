@@ -63,6 +63,25 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     http.add_argument("--issuer", metavar="URL", help="verify bearer JWTs from this issuer")
     http.add_argument("--jwks-url", metavar="URL", help="the issuer's JWKS (https:// or file://)")
     http.add_argument("--audience", metavar="AUD", help="the audience the JWTs must carry")
+    docs = parser.add_argument_group(
+        "Retention page",
+        "--docs prints the idemtools docs page of the proxied server instead of serving: the "
+        "upstream's tools/list (COMMAND is started, or --upstream URL asked, and left) with "
+        "the policy each tool gets from --config and the flags above.",
+    )
+    docs.add_argument("--docs", action="store_true", help="print the retention page and exit")
+    docs.add_argument(
+        "--format", choices=("markdown", "json"), default="markdown", help="default: markdown"
+    )
+    docs.add_argument("-o", "--output", metavar="FILE", help="write the page to FILE")
+    docs.add_argument("--name", help="the server's name on the page (default: the command/URL)")
+    docs.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="HTTP header for listing the upstream's tools (e.g. authorization), repeatable",
+    )
     parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
     parser.add_argument(
         "upstream_command", nargs="*", metavar="-- COMMAND", help="the stdio upstream"
@@ -92,6 +111,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"idemtools proxy: error: {exc}", file=sys.stderr)
         return 2
     try:
+        if args.docs:
+            return _docs(args, command, config)
         if args.upstream is not None or args.listen is not None:
             return _http(args, command, config)
         if not command:
@@ -106,6 +127,47 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a store URL from_url refuses, a malformed --upstream
         print(f"idemtools proxy: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _docs(args: argparse.Namespace, command: list[str], config: Any) -> int:
+    from ..docs import render_json, render_markdown
+    from .docs import UpstreamError, describe_proxy, tools_over_http, tools_over_stdio
+
+    if bool(command) == bool(args.upstream) or args.listen:
+        print(
+            "idemtools proxy: error: --docs takes -- COMMAND or --upstream URL (no --listen)",
+            file=sys.stderr,
+        )
+        return 2
+    headers = {}
+    for header in args.header:
+        name, sep, value = header.partition(":")
+        if not sep:
+            print(f"idemtools proxy: error: --header {header!r}: NAME:VALUE", file=sys.stderr)
+            return 2
+        headers[name.strip()] = value.strip()
+
+    async def page() -> str:
+        if command:
+            tools = await tools_over_stdio(command)
+        else:
+            tools = await tools_over_http(args.upstream, headers)
+        transport = "stdio" if command else "Streamable HTTP"
+        name = args.name or (" ".join(command) if command else args.upstream)
+        doc = await describe_proxy(config, tools, server=name, transport=transport)
+        return render_json(doc) if args.format == "json" else render_markdown(doc)
+
+    try:
+        text = asyncio.run(page())
+    except UpstreamError as exc:
+        print(f"idemtools proxy: error: {exc}", file=sys.stderr)
+        return 1
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as file:
+            file.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def _http(args: argparse.Namespace, command: list[str], config: Any) -> int:
