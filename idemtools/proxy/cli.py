@@ -63,6 +63,17 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     http.add_argument("--issuer", metavar="URL", help="verify bearer JWTs from this issuer")
     http.add_argument("--jwks-url", metavar="URL", help="the issuer's JWKS (https:// or file://)")
     http.add_argument("--audience", metavar="AUD", help="the audience the JWTs must carry")
+    http.add_argument(
+        "--confirm-credential",
+        nargs="?",
+        type=float,
+        const=30.0,
+        default=None,
+        metavar="SECONDS",
+        help="token-hash: before a keyed call (so before every replay) confirm the caller's "
+        "credential with the upstream (an authenticated ping; HTTP 401/403 refuses), an "
+        "accepted one cached SECONDS (default 30)",
+    )
     docs = parser.add_argument_group(
         "Retention page",
         "--docs prints the idemtools docs page of the proxied server instead of serving: the "
@@ -189,14 +200,26 @@ def _http(args: argparse.Namespace, command: list[str], config: Any) -> int:
 
         verifier = JwtVerifier(args.issuer, args.jwks_url, args.audience)
     log = logging.getLogger("idemtools.proxy")
-    if "token-hash" in config.scope_names:
+    if args.confirm_credential is not None and args.confirm_credential < 0:
+        print("idemtools proxy: error: --confirm-credential SECONDS must be >= 0", file=sys.stderr)
+        return 2
+    if "token-hash" in config.scope_names and args.confirm_credential is not None:
         log.warning(
-            "--scope token-hash: a replay is authorized by possessing the same credential; "
-            "a rotated token is a new scope (docs/proxy.md, Scope)"
+            "--scope token-hash with --confirm-credential: a replay needs the upstream to "
+            "accept the caller's credential (confirmed at most every %g s)",
+            args.confirm_credential,
+        )
+    elif "token-hash" in config.scope_names:
+        log.warning(
+            "--scope token-hash: possessing the token authorizes replays, also after the "
+            "upstream revoked it (--confirm-credential asks the upstream first); a rotated "
+            "token is a new scope (docs/proxy.md, Scope)"
         )
     elif verifier is None and config.scope_names & {"subject", "client"}:
         log.warning(
             "no --issuer/--jwks-url: keyed calls over HTTP are refused "
             "(idempotency_scope_unavailable) unless a tool's scope is token-hash or shared"
         )
-    return asyncio.run(serve_http(args.upstream, args.listen, config, verifier))
+    return asyncio.run(
+        serve_http(args.upstream, args.listen, config, verifier, args.confirm_credential)
+    )
