@@ -173,6 +173,21 @@ def rows(client: Any, calls: int, keyed: bool) -> dict[str, tuple[float, float]]
     return out
 
 
+def cpu_ns(pid: int) -> int:
+    """CPU time the process has run so far, in ns, from the scheduler (Linux; 0 elsewhere):
+    steadier than wall-clock latency on a loaded machine, and not bounded by the pipe hop."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+CPU: dict[str, float] = {}
+"""Row → CPU µs per call of the process the client talks to (node for direct, else the relay)."""
+
+
 def interleaved(
     clients: list[tuple[str, Any, bool]], calls: int, rounds: int
 ) -> list[tuple[str, tuple[float, float]]]:
@@ -198,6 +213,7 @@ def interleaved(
                 if key is not None and not keyed:
                     continue
                 spent = times.setdefault((name, kind), [])
+                cpu_before = cpu_ns(client.proc.pid)
                 for _ in range(calls // rounds):
                     params = {"name": "sep3182_record", "arguments": {"label": "b"}}
                     if key is not None:
@@ -208,6 +224,9 @@ def interleaved(
                     answer = client.request("tools/call", params)
                     spent.append(time.perf_counter() - began)
                     assert "result" in answer, answer
+                row = f"{name}, {kind}"
+                used = (cpu_ns(client.proc.pid) - cpu_before) / 1e3 / (calls // rounds)
+                CPU[row] = CPU.get(row, 0.0) + used / rounds
     out = []
     for (name, kind), spent in times.items():
         spent.sort()
@@ -272,10 +291,12 @@ def report(results: list[tuple[str, str, tuple[float, float]]], args: Any, node:
     base = {t: v[0] for t, row, v in results if row == "direct, unkeyed"}
     version = subprocess.check_output([node, "--version"]).decode().strip()
     print(f"{args.calls} sequential calls per row, store {args.store}, node {version}")
-    print("| transport | row | p50 µs | p99 µs | p50 / direct unkeyed |")
-    print("|---|---|---:|---:|---:|")
+    print("| transport | row | p50 µs | p99 µs | p50 / direct unkeyed | CPU µs / call |")
+    print("|---|---|---:|---:|---:|---:|")
     for transport, row, (p50, p99) in results:
-        print(f"| {transport} | {row} | {p50:.0f} | {p99:.0f} | {p50 / base[transport]:.2f}× |")
+        cpu = f"{CPU[row]:.0f}" if transport == "stdio" and row in CPU else ""
+        ratio = p50 / base[transport]
+        print(f"| {transport} | {row} | {p50:.0f} | {p99:.0f} | {ratio:.2f}× | {cpu} |")
 
 
 if __name__ == "__main__":

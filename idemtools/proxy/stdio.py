@@ -24,6 +24,7 @@ import contextlib
 import itertools
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -77,6 +78,9 @@ def _id_key(rid: Any) -> tuple[str, Any] | None:
     return (type(rid).__name__, rid)
 
 
+READ_SIZE = 1 << 16
+"""Bytes asked per read. asyncio's pipes ask 256 KiB, above glibc's mmap threshold: every read
+then maps and unmaps a fresh buffer, which costs more than relaying the line itself."""
 HIGH_WATER = 1 << 20
 """Bytes queued towards a slow reader before the other side's reading pauses (back-pressure)."""
 
@@ -118,11 +122,9 @@ class StdioUpstream:
     side pauses when more than HIGH_WATER bytes are waiting for the child.
     """
 
-    def __init__(self, transport: asyncio.SubprocessTransport) -> None:
-        self.transport = transport
-        stdin = transport.get_pipe_transport(0)
-        assert isinstance(stdin, asyncio.WriteTransport)
+    def __init__(self, stdin: asyncio.WriteTransport, stdout: asyncio.ReadTransport) -> None:
         self.stdin = stdin
+        self.stdout = stdout
         self._ids = itertools.count(1)
         self.pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.lost: str | None = None
@@ -170,26 +172,32 @@ class StdioUpstream:
                 future.set_exception(UpstreamLost(reason))
 
 
-class _ChildProtocol(asyncio.SubprocessProtocol):
-    """The child's stdout, handed to the proxy as it arrives (no reader task, no readline)."""
+class _ChildOut(asyncio.Protocol):
+    """The child's stdout, handed to the proxy as it arrives (no reader task, no readline).
+
+    The child's pipes are the proxy's own `os.pipe()`s connected as plain pipe transports, not
+    asyncio's subprocess transport: that one defers every chunk by a `call_soon`, one more
+    turn of the loop per message."""
 
     def __init__(self, proxy: StdioProxy) -> None:
         self.proxy = proxy
-        self.exited = asyncio.get_running_loop().create_future()
         self.closed = asyncio.get_running_loop().create_future()
 
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd == 1:
-            self.proxy.from_upstream(data)
+    def data_received(self, data: bytes) -> None:
+        self.proxy.from_upstream(data)
 
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == 1 and not self.closed.done():
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
             self.closed.set_result(None)
             self.proxy.upstream_closed()
 
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
+
+class _ChildIn(asyncio.Protocol):
+    def __init__(self, proxy: StdioProxy) -> None:
+        self.proxy = proxy
 
     def pause_writing(self) -> None:  # the child's stdin is full: stop reading the host
         self.proxy.pause_client()
@@ -244,6 +252,12 @@ class _BlockingWriter:
         return None
 
 
+def _read_size(transport: Any) -> None:
+    # A class attribute of asyncio's Unix pipe transport (`max_size`); elsewhere, nothing.
+    if isinstance(getattr(transport, "max_size", None), int):
+        transport.max_size = READ_SIZE
+
+
 def _client_looks(data: bytes) -> bool:
     # Any \u escape is parsed, so that no spelling of a member name slips past.
     return any(marker in data for marker in _CLIENT_MARKERS)
@@ -279,20 +293,32 @@ class StdioProxy:
 
     async def run(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
         loop = asyncio.get_running_loop()
+        child_in, to_child = os.pipe()
+        from_child, child_out = os.pipe()
         try:
-            transport, child = await loop.subprocess_exec(
-                lambda: _ChildProtocol(self),
-                *self.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=None,
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.command, stdin=child_in, stdout=child_out
             )
         except OSError as exc:
+            for fd in (child_in, to_child, from_child, child_out):
+                os.close(fd)
             log.error("cannot start the upstream %r: %s", self.command[0], exc)
             await self.engine.aclose()
             return 127
-        self.child = child
-        self.upstream = StdioUpstream(transport)
+        os.close(child_in)
+        os.close(child_out)
+        writing, _ = await loop.connect_write_pipe(
+            lambda: _ChildIn(self), os.fdopen(to_child, "wb", buffering=0)
+        )
+        self.child = _ChildOut(self)
+        child = self.child
+        reading, _ = await loop.connect_read_pipe(
+            lambda: child, os.fdopen(from_child, "rb", buffering=0)
+        )
+        assert isinstance(writing, asyncio.WriteTransport)
+        assert isinstance(reading, asyncio.ReadTransport)
+        _read_size(reading)
+        self.upstream = StdioUpstream(writing, reading)
         await self._client_streams(stdin, stdout)
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -305,7 +331,7 @@ class StdioProxy:
             with contextlib.suppress(Exception):
                 self.client_in.pause_reading()
         log.info("proxy stopping: %s", self.stop_reason)
-        code = await self._shutdown(transport)
+        code = await self._shutdown()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
@@ -329,6 +355,7 @@ class StdioProxy:
         stdin = self._stdin
         try:
             self.client_in, _ = await loop.connect_read_pipe(lambda: _ClientIn(self), stdin)
+            _read_size(self.client_in)
         except (ValueError, OSError):
 
             def pump() -> None:
@@ -366,13 +393,11 @@ class StdioProxy:
                 self.client_in.resume_reading()
 
     def pause_upstream(self, pause: bool) -> None:
-        stdout = self.upstream.transport.get_pipe_transport(1)
-        if isinstance(stdout, asyncio.ReadTransport):
-            with contextlib.suppress(Exception):
-                if pause:
-                    stdout.pause_reading()
-                else:
-                    stdout.resume_reading()
+        with contextlib.suppress(Exception):
+            if pause:
+                self.upstream.stdout.pause_reading()
+            else:
+                self.upstream.stdout.resume_reading()
 
     # -- host → child --------------------------------------------------------------------
 
@@ -466,7 +491,7 @@ class StdioProxy:
     def from_upstream(self, data: bytes) -> None:
         if not self.upstream_lines.feed(data):
             log.error("a message from the upstream is over %d bytes; stopping", MAX_LINE)
-            self.upstream.transport.get_pipe_transport(1).close()  # type: ignore[union-attr]
+            self.upstream.stdout.close()
 
     def upstream_closed(self) -> None:
         self.upstream_lines.rest()
@@ -493,38 +518,36 @@ class StdioProxy:
 
     # -- shutdown ------------------------------------------------------------------------
 
-    async def _shutdown(self, transport: asyncio.SubprocessTransport) -> int:
+    async def _shutdown(self) -> int:
         grace = self.config.shutdown_grace
         drained = await self.engine.drain(grace)
         if self.tasks:  # their answers: written once recorded
             await asyncio.wait(set(self.tasks), timeout=5)
         if not drained:
             log.error("shutdown: keyed calls still running after %.0f s; see above", grace)
-        stdin = transport.get_pipe_transport(0)
-        if stdin is not None:
-            with contextlib.suppress(Exception):
-                stdin.close()
-        exited = self.child.exited
+        with contextlib.suppress(Exception):
+            self.upstream.stdin.close()
+        proc = self.proc
         try:
-            await asyncio.wait_for(asyncio.shield(exited), 5)
+            await asyncio.wait_for(proc.wait(), 5)
         except asyncio.TimeoutError:
             with contextlib.suppress(ProcessLookupError):
-                transport.terminate()
+                proc.terminate()
             try:
-                await asyncio.wait_for(asyncio.shield(exited), 5)
+                await asyncio.wait_for(proc.wait(), 5)
             except asyncio.TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
-                    transport.kill()
-                await exited
+                    proc.kill()
+                await proc.wait()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.child.closed), 5)
+        self.upstream.stdout.close()
         await self.engine.aclose()
         with contextlib.suppress(Exception):
             if not self.writer.is_closing():
                 await self._flush_client()
             self.writer.close()
-        code = transport.get_returncode() or 0
-        transport.close()
+        code = proc.returncode or 0
         if self.stop_reason == "the upstream exited":
             return code if code >= 0 else 128 - code
         return 0
