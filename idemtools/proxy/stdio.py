@@ -28,12 +28,13 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
-from typing import Any, BinaryIO
+from collections.abc import Coroutine, Sequence
+from typing import Any, BinaryIO, cast
 
 import orjson
 
 from ..engine import Engine
+from ..engine.runtime import start_eagerly
 from ..policy import Registry
 from ..scopes import CallContext
 from ..stores import from_url
@@ -452,7 +453,7 @@ class StdioProxy:
             arguments=message["params"].get("arguments"),
         )
 
-        async def answer() -> None:
+        async def answer() -> bool:
             try:
                 reply = await self.keyed.answer(message, context, self.upstream)
             except Exception:  # never a silent drop: the host gets an error
@@ -466,8 +467,16 @@ class StdioProxy:
                 if rid is not None:
                     self.in_flight.pop(rid, None)
             self.write_client(dumps(reply))
+            return True
 
-        task = asyncio.get_running_loop().create_task(answer())
+        # Eagerly, as the engine starts executions: a replay from a store that answers without
+        # suspending (MemoryStore) is written before this returns, no loop turn, no task left.
+        started = start_eagerly(
+            asyncio.get_running_loop(), cast("Coroutine[Any, Any, Any]", answer())
+        )
+        if not isinstance(started, asyncio.Task):
+            return
+        task: asyncio.Task[None] = started
         if rid is not None:
             self.in_flight[rid] = task
         self.tasks.add(task)
