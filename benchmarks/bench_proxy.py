@@ -1,12 +1,16 @@
 """`idemtools proxy` against a trivial TypeScript tool: direct vs through the proxy, side by side.
 
-    python benchmarks/bench_proxy.py [--calls N] [--store URL]
+    python benchmarks/bench_proxy.py [--calls N] [--store URL] [--before TREE] [--stdio-only]
 
 Rows, each as p50 / p99 latency of sequential calls (one client, one in flight), stdio and
 HTTP: unkeyed calls direct and through the proxy; keyed first executions (a new key each call)
 and replays (one key) through the proxy; the ratios to direct. The tool is the fixture server's
 `sep3182_record` on @modelcontextprotocol/sdk (tests/conformance/ts_server; `npm ci` there
 first). Clients speak raw JSON-RPC (no SDK), so the figures are the servers' and the proxy's.
+
+`--before TREE`: also run the proxy from another source tree (a directory holding an `idemtools`
+package, e.g. `git archive REV idemtools | tar -x -C TREE`), in the same run, rows interleaved
+with this tree's, so that a change to the relay is measured before and after side by side.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import socket
 import statistics
@@ -43,9 +48,38 @@ def proxy(*options: str) -> list[str]:
     return [PY, "-m", "idemtools.cli", "proxy", *options]
 
 
+FLOOR = """
+import os, selectors, subprocess, sys
+child = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+routes = {0: child.stdin.fileno(), child.stdout.fileno(): 1}
+sel = selectors.DefaultSelector()
+for fd in routes:
+    sel.register(fd, selectors.EVENT_READ)
+while True:
+    for key, _ in sel.select():
+        data = os.read(key.fd, 1 << 16)
+        if not data:
+            sys.exit(0)
+        os.write(routes[key.fd], data)
+"""
+"""The floor of any relay process: bytes copied both ways by a blocking select loop, no parsing,
+no asyncio. What it adds over direct is the pipe hop itself (two more pipes, a third process
+woken twice per call)."""
+
+
+def tree_env(tree: str | None) -> dict[str, str] | None:
+    """The environment that makes `python -m idemtools.cli` import idemtools from `tree`."""
+    if tree is None:
+        return None
+    return {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
+
+
 class Stdio:
-    def __init__(self, argv: list[str]) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT)
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        cwd = ROOT if env is None else Path(env["PYTHONPATH"])
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=cwd, env=env
+        )
         self.rid = 0
         self.request("initialize", {"protocolVersion": LEGACY, "capabilities": {},
                                     "clientInfo": {"name": "bench", "version": "1"}})  # fmt: skip
@@ -139,25 +173,104 @@ def rows(client: Any, calls: int, keyed: bool) -> dict[str, tuple[float, float]]
     return out
 
 
+def cpu_ns(pid: int) -> int:
+    """CPU time the process has run so far, in ns, from the scheduler (Linux; 0 elsewhere):
+    steadier than wall-clock latency on a loaded machine, and not bounded by the pipe hop."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+CPU: dict[str, float] = {}
+"""Row → CPU µs per call of the process the client talks to (node for direct, else the relay)."""
+
+
+def interleaved(
+    clients: list[tuple[str, Any, bool]], calls: int, rounds: int
+) -> list[tuple[str, tuple[float, float]]]:
+    """Every row of every client, measured in `rounds` slices taken in turn, so that the load
+    of a shared machine drifting during the run falls on all of them alike."""
+    kinds: list[tuple[str, str | None]] = [
+        ("unkeyed", None),
+        ("keyed, first execution", "first"),
+        ("keyed, replay", "replay"),
+    ]
+    times: dict[tuple[str, str], list[float]] = {}
+    for _, client, keyed in clients:
+        params = {"name": "sep3182_record", "arguments": {"label": "b"}}
+        for i in range(50):  # warm-up (JIT, caches)
+            client.request("tools/call", params)
+            if keyed:
+                client.request("tools/call", {**params, "idempotencyKey": f"warm-{i}"})
+                client.request("tools/call", {**params, "idempotencyKey": "replay"})
+    serial = iter(range(1 << 40))
+    for _slice in range(rounds):
+        for kind, key in kinds:
+            for name, client, keyed in clients:
+                if key is not None and not keyed:
+                    continue
+                spent = times.setdefault((name, kind), [])
+                cpu_before = cpu_ns(client.proc.pid)
+                for _ in range(calls // rounds):
+                    params = {"name": "sep3182_record", "arguments": {"label": "b"}}
+                    if key is not None:
+                        params["idempotencyKey"] = (
+                            f"first-{next(serial)}" if key == "first" else key
+                        )
+                    began = time.perf_counter()
+                    answer = client.request("tools/call", params)
+                    spent.append(time.perf_counter() - began)
+                    assert "result" in answer, answer
+                row = f"{name}, {kind}"
+                used = (cpu_ns(client.proc.pid) - cpu_before) / 1e3 / (calls // rounds)
+                CPU[row] = CPU.get(row, 0.0) + used / rounds
+    out = []
+    for (name, kind), spent in times.items():
+        spent.sort()
+        p99 = spent[int(len(spent) * 0.99) - 1]
+        out.append((f"{name}, {kind}", (statistics.median(spent) * 1e6, p99 * 1e6)))
+    order = {name: i for i, (name, _, _) in enumerate(clients)}
+    rank = {kind: i for i, (kind, _) in enumerate(kinds)}
+    out.sort(key=lambda r: (order[r[0].split(", ", 1)[0]], rank[r[0].split(", ", 1)[1]]))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--store", default="memory://")
+    parser.add_argument("--before", metavar="TREE", help="also run the proxy of this source tree")
+    parser.add_argument("--rounds", type=int, default=10, help="stdio: interleaved slices")
+    parser.add_argument("--stdio-only", action="store_true", help="skip the HTTP rows")
     args = parser.parse_args()
     node = shutil.which("node")
     if node is None or not (TS / "node_modules").is_dir():
         raise SystemExit("node and `npm ci` in tests/conformance/ts_server are needed")
     results: list[tuple[str, str, tuple[float, float]]] = []
     server = [node, str(TS / "server.mjs")]
-    for name, argv, keyed in [
-        ("direct", server, False),
-        ("proxy", [*proxy("--store", args.store), "--", *server], True),
-    ]:
-        client = Stdio(argv)
-        results += [
-            ("stdio", f"{name}, {row}", v) for row, v in rows(client, args.calls, keyed).items()
+    trees: list[tuple[str, str | None]] = [("proxy", None)]
+    if args.before is not None:
+        trees.insert(0, ("proxy before", args.before))
+    stdio = [
+        (name, Stdio(argv, env), keyed)
+        for name, argv, keyed, env in [
+            ("direct", server, False, None),
+            ("bare relay (floor)", [PY, "-c", FLOOR, *server], False, None),
+            *[
+                (n, [*proxy("--store", args.store), "--", *server], True, tree_env(t))
+                for n, t in trees
+            ],
         ]
+    ]
+    results += [("stdio", row, v) for row, v in interleaved(stdio, args.calls, args.rounds)]
+    for _, client, _ in stdio:
         client.close()
+    if args.stdio_only:
+        report(results, args, node)
+        return
     up, front = free_port(), free_port()
     options = ("--store", args.store, "--scope", "token-hash")
     listen = ("--upstream", f"http://127.0.0.1:{up}/mcp", "--listen", f"127.0.0.1:{front}")
@@ -171,13 +284,19 @@ def main() -> None:
                 ("HTTP", f"proxy, {r}", v) for r, v in rows(through, args.calls, True).items()
             ]
             through.close()
+    report(results, args, node)
+
+
+def report(results: list[tuple[str, str, tuple[float, float]]], args: Any, node: str) -> None:
     base = {t: v[0] for t, row, v in results if row == "direct, unkeyed"}
     version = subprocess.check_output([node, "--version"]).decode().strip()
     print(f"{args.calls} sequential calls per row, store {args.store}, node {version}")
-    print("| transport | row | p50 µs | p99 µs | p50 / direct unkeyed |")
-    print("|---|---|---:|---:|---:|")
+    print("| transport | row | p50 µs | p99 µs | p50 / direct unkeyed | CPU µs / call |")
+    print("|---|---|---:|---:|---:|---:|")
     for transport, row, (p50, p99) in results:
-        print(f"| {transport} | {row} | {p50:.0f} | {p99:.0f} | {p50 / base[transport]:.2f}× |")
+        cpu = f"{CPU[row]:.0f}" if transport == "stdio" and row in CPU else ""
+        ratio = p50 / base[transport]
+        print(f"| {transport} | {row} | {p50:.0f} | {p99:.0f} | {ratio:.2f}× | {cpu} |")
 
 
 if __name__ == "__main__":

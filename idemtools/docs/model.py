@@ -11,6 +11,7 @@ SDK line `install()` supports.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,15 @@ from .errors import NotInstalledError, not_installed
 from .examples import example_arguments
 from .store_text import store_text
 
-__all__ = ["ErrorDoc", "ServerDoc", "StoreDoc", "ToolDoc", "describe", "format_duration"]
+__all__ = [
+    "ErrorDoc",
+    "ServerDoc",
+    "StoreDoc",
+    "ToolDoc",
+    "describe",
+    "document",
+    "format_duration",
+]
 
 
 @dataclass(frozen=True)
@@ -199,19 +208,46 @@ async def describe(server: Any, *, source: str | None = None) -> ServerDoc:
     installation = installation_of(server)
     if installation is None:
         raise NotInstalledError(not_installed(source or "the server", server))
-    engine = installation.engine
-    store = installation.store
+    name = getattr(server, "name", None)
+    return document(
+        server=name if isinstance(name, str) and name else (source or type(server).__name__),
+        source=source,
+        adapter=installation.adapter,
+        engine=installation.engine,
+        store=installation.store,
+        tools=[
+            (t.name, t.policy, "own" if t.own else "server default", t.input_schema)
+            for t in await installation.tools()
+        ],
+    )
+
+
+def document(
+    *,
+    server: str,
+    source: str | None,
+    adapter: str,
+    engine: Any,
+    store: Any,
+    tools: Iterable[tuple[str, Policy, str, Mapping[str, Any] | None]],
+) -> ServerDoc:
+    """The page's model from its parts, for what has an engine and tools but no `Installation`
+    (`idemtools proxy --docs`: the proxy's config and the upstream's `tools/list`).
+
+    `tools` are (name, policy, where the policy comes from, input schema or None); `engine`
+    gives the error codes, the limits and the default policy.
+    """
     transactions = isinstance(store, TransactionalStore)
     info = store_text(store)
-    tools = tuple(
+    tool_docs = tuple(
         _tool_doc(
-            t.name,
-            t.policy,
-            "own" if t.own else "server default",
+            name,
+            policy,
+            origin,
             transactions,
-            example_arguments(t.input_schema) if t.input_schema is not None else None,
+            example_arguments(schema) if schema is not None else None,
         )
-        for t in await installation.tools()
+        for name, policy, origin, schema in tools
     )
     codes: ErrorCodes = engine.codes
     errors = tuple(
@@ -225,14 +261,13 @@ async def describe(server: Any, *, source: str | None = None) -> ServerDoc:
         )
         for f in dataclasses.fields(codes)
     )
-    name = getattr(server, "name", None)
     return ServerDoc(
-        server=name if isinstance(name, str) and name else (source or type(server).__name__),
+        server=server,
         source=source,
-        adapter=installation.adapter,
+        adapter=adapter,
         store=_store_doc(info),
         default=_tool_doc("(default)", engine.default_policy, "server default", transactions),
-        tools=tools,
+        tools=tool_docs,
         errors=errors,
         max_key_length=engine.max_key_length,
         max_outcome_bytes=engine.max_outcome_bytes,

@@ -121,6 +121,8 @@ async def http_context(
     info = RequestInfo(
         credential_hash=credential_hash(authorization) if authorization else None,
         claims=claims or {},
+        authorization=authorization,
+        session=headers.get("mcp-session-id", ""),
     )
     return CallContext(
         transport="http",

@@ -63,6 +63,36 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     http.add_argument("--issuer", metavar="URL", help="verify bearer JWTs from this issuer")
     http.add_argument("--jwks-url", metavar="URL", help="the issuer's JWKS (https:// or file://)")
     http.add_argument("--audience", metavar="AUD", help="the audience the JWTs must carry")
+    http.add_argument(
+        "--confirm-credential",
+        nargs="?",
+        type=float,
+        const=30.0,
+        default=None,
+        metavar="SECONDS",
+        help="token-hash: before a keyed call (so before every replay) confirm the caller's "
+        "credential with the upstream (an authenticated ping; HTTP 401/403 refuses), an "
+        "accepted one cached SECONDS (default 30)",
+    )
+    docs = parser.add_argument_group(
+        "Retention page",
+        "--docs prints the idemtools docs page of the proxied server instead of serving: the "
+        "upstream's tools/list (COMMAND is started, or --upstream URL asked, and left) with "
+        "the policy each tool gets from --config and the flags above.",
+    )
+    docs.add_argument("--docs", action="store_true", help="print the retention page and exit")
+    docs.add_argument(
+        "--format", choices=("markdown", "json"), default="markdown", help="default: markdown"
+    )
+    docs.add_argument("-o", "--output", metavar="FILE", help="write the page to FILE")
+    docs.add_argument("--name", help="the server's name on the page (default: the command/URL)")
+    docs.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="HTTP header for listing the upstream's tools (e.g. authorization), repeatable",
+    )
     parser.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
     parser.add_argument(
         "upstream_command", nargs="*", metavar="-- COMMAND", help="the stdio upstream"
@@ -92,6 +122,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"idemtools proxy: error: {exc}", file=sys.stderr)
         return 2
     try:
+        if args.docs:
+            return _docs(args, command, config)
         if args.upstream is not None or args.listen is not None:
             return _http(args, command, config)
         if not command:
@@ -106,6 +138,47 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a store URL from_url refuses, a malformed --upstream
         print(f"idemtools proxy: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _docs(args: argparse.Namespace, command: list[str], config: Any) -> int:
+    from ..docs import render_json, render_markdown
+    from .docs import UpstreamError, describe_proxy, tools_over_http, tools_over_stdio
+
+    if bool(command) == bool(args.upstream) or args.listen:
+        print(
+            "idemtools proxy: error: --docs takes -- COMMAND or --upstream URL (no --listen)",
+            file=sys.stderr,
+        )
+        return 2
+    headers = {}
+    for header in args.header:
+        name, sep, value = header.partition(":")
+        if not sep:
+            print(f"idemtools proxy: error: --header {header!r}: NAME:VALUE", file=sys.stderr)
+            return 2
+        headers[name.strip()] = value.strip()
+
+    async def page() -> str:
+        if command:
+            tools = await tools_over_stdio(command)
+        else:
+            tools = await tools_over_http(args.upstream, headers)
+        transport = "stdio" if command else "Streamable HTTP"
+        name = args.name or (" ".join(command) if command else args.upstream)
+        doc = await describe_proxy(config, tools, server=name, transport=transport)
+        return render_json(doc) if args.format == "json" else render_markdown(doc)
+
+    try:
+        text = asyncio.run(page())
+    except UpstreamError as exc:
+        print(f"idemtools proxy: error: {exc}", file=sys.stderr)
+        return 1
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as file:
+            file.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def _http(args: argparse.Namespace, command: list[str], config: Any) -> int:
@@ -127,14 +200,26 @@ def _http(args: argparse.Namespace, command: list[str], config: Any) -> int:
 
         verifier = JwtVerifier(args.issuer, args.jwks_url, args.audience)
     log = logging.getLogger("idemtools.proxy")
-    if "token-hash" in config.scope_names:
+    if args.confirm_credential is not None and args.confirm_credential < 0:
+        print("idemtools proxy: error: --confirm-credential SECONDS must be >= 0", file=sys.stderr)
+        return 2
+    if "token-hash" in config.scope_names and args.confirm_credential is not None:
         log.warning(
-            "--scope token-hash: a replay is authorized by possessing the same credential; "
-            "a rotated token is a new scope (docs/proxy.md, Scope)"
+            "--scope token-hash with --confirm-credential: a replay needs the upstream to "
+            "accept the caller's credential (confirmed at most every %g s)",
+            args.confirm_credential,
+        )
+    elif "token-hash" in config.scope_names:
+        log.warning(
+            "--scope token-hash: possessing the token authorizes replays, also after the "
+            "upstream revoked it (--confirm-credential asks the upstream first); a rotated "
+            "token is a new scope (docs/proxy.md, Scope)"
         )
     elif verifier is None and config.scope_names & {"subject", "client"}:
         log.warning(
             "no --issuer/--jwks-url: keyed calls over HTTP are refused "
             "(idempotency_scope_unavailable) unless a tool's scope is token-hash or shared"
         )
-    return asyncio.run(serve_http(args.upstream, args.listen, config, verifier))
+    return asyncio.run(
+        serve_http(args.upstream, args.listen, config, verifier, args.confirm_credential)
+    )

@@ -86,13 +86,18 @@ class ProxyConfig:
 
     def policy_for(self, name: str) -> Policy:
         """An exact `[tools.NAME]` first, then the first glob that matches, else the default."""
+        rule = self.rule_for(name)
+        return self.default if rule is None else rule.policy
+
+    def rule_for(self, name: str) -> ToolRule | None:
+        """The `[tools."pattern"]` table that decides `name` (None: the default policy)."""
         for rule in self.rules:
             if rule.exact and rule.pattern == name:
-                return rule.policy
+                return rule
         for rule in self.rules:
             if not rule.exact and fnmatch.fnmatchcase(name, rule.pattern):
-                return rule.policy
-        return self.default
+                return rule
+        return None
 
     def policies(self) -> list[tuple[str, Policy]]:
         """("(default)", policy) then one entry per rule, for docs and the start-up log."""

@@ -36,6 +36,7 @@ from ..policy import Registry
 from ..stores import from_url
 from .auth import JwtVerifier, http_context
 from .config import ProxyConfig
+from .confirm import CredentialConfirmer, confirming
 from .faults import UpstreamLost
 from .keyed import KeyedCalls, ToolCatalog, advertise, is_keyed
 
@@ -206,19 +207,25 @@ class HttpProxy:
     """The ASGI application: relay everything, decide keyed calls."""
 
     def __init__(
-        self, upstream: str, config: ProxyConfig, verifier: JwtVerifier | None = None
+        self,
+        upstream: str,
+        config: ProxyConfig,
+        verifier: JwtVerifier | None = None,
+        confirm_ttl: float | None = None,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"--upstream must be an http(s) URL, got {upstream!r}")
         self.origin = f"{parts.scheme}://{parts.netloc}"
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+        if confirm_ttl is not None:  # --confirm-credential: token-hash replays ask upstream
+            config = confirming(config, CredentialConfirmer(upstream, self.client, confirm_ttl))
         self.config = config
         self.verifier = verifier
         self.store = from_url(config.store)
         self.engine = Engine(self.store, registry=Registry(), default_policy=config.default)
         self.catalog = ToolCatalog()
         self.keyed = KeyedCalls(self.engine, config, self.catalog)
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
         self.ids = itertools.count(1)
         self.in_flight: dict[tuple[str, str, str], int] = {}
         """(session, credential, id) of keyed calls being answered: their cancellations stop
@@ -493,12 +500,13 @@ async def serve_http(
     listen: str,
     config: ProxyConfig,
     verifier: JwtVerifier | None = None,
+    confirm_ttl: float | None = None,
 ) -> int:
     """Serve the relay on `listen` (HOST:PORT) until SIGTERM/SIGINT; returns the exit code."""
     import uvicorn  # the `proxy` extra (mcp brings it too)
 
     host, _, port = listen.rpartition(":")
-    app = HttpProxy(upstream, config, verifier)
+    app = HttpProxy(upstream, config, verifier, confirm_ttl)
     server = uvicorn.Server(
         uvicorn.Config(
             app,

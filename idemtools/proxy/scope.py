@@ -36,6 +36,11 @@ class RequestInfo:
 
     credential_hash: str | None = None
     claims: Mapping[str, Any] = field(default_factory=dict)
+    authorization: str = field(default="", repr=False)
+    """The presented `Authorization` value, for `--confirm-credential` only (never logged)."""
+    session: str = ""
+    """The request's `Mcp-Session-Id`, so that the confirmation is a request of the same
+    session (a session-bound upstream refuses a request without one)."""
 
 
 def credential_hash(authorization: str) -> str:

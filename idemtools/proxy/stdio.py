@@ -24,15 +24,17 @@ import contextlib
 import itertools
 import json
 import logging
+import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
-from typing import Any, BinaryIO
+from collections.abc import Coroutine, Sequence
+from typing import Any, BinaryIO, cast
 
 import orjson
 
 from ..engine import Engine
+from ..engine.runtime import start_eagerly
 from ..policy import Registry
 from ..scopes import CallContext
 from ..stores import from_url
@@ -77,27 +79,65 @@ def _id_key(rid: Any) -> tuple[str, Any] | None:
     return (type(rid).__name__, rid)
 
 
-class StdioUpstream:
-    """The child's stdin and stdout, seen as request → answer for the engine."""
+READ_SIZE = 1 << 16
+"""Bytes asked per read. asyncio's pipes ask 256 KiB, above glibc's mmap threshold: every read
+then maps and unmaps a fresh buffer, which costs more than relaying the line itself."""
+HIGH_WATER = 1 << 20
+"""Bytes queued towards a slow reader before the other side's reading pauses (back-pressure)."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
+
+class _Lines:
+    """Splits a byte stream into lines, handing whole chunks over when nothing needs parsing."""
+
+    def __init__(self, on_line: Any, on_chunk: Any, needs_look: Any) -> None:
+        self.buffer = bytearray()
+        self.on_line = on_line
+        self.on_chunk = on_chunk
+        self.needs_look = needs_look
+
+    def feed(self, data: bytes) -> bool:
+        """False when a line is over MAX_LINE (the stream is then unusable)."""
+        if not self.buffer and data.endswith(b"\n") and not self.needs_look(data):
+            self.on_chunk(data)  # the common case: whole lines, none to act on, one write
+            return True
+        self.buffer += data
+        start = 0
+        buffer = self.buffer
+        while (end := buffer.find(b"\n", start)) >= 0:
+            self.on_line(bytes(buffer[start : end + 1]))
+            start = end + 1
+        del buffer[:start]
+        return len(buffer) <= MAX_LINE
+
+    def rest(self) -> None:
+        """The stream ended: a last line without its newline is still a message."""
+        if self.buffer:
+            line, self.buffer = bytes(self.buffer), bytearray()
+            self.on_line(line)
+
+
+class StdioUpstream:
+    """The child's stdin and stdout, seen as request → answer for the engine.
+
+    Writes go straight to the pipe's transport: a line is queued, never awaited; the reading
+    side pauses when more than HIGH_WATER bytes are waiting for the child.
+    """
+
+    def __init__(self, stdin: asyncio.WriteTransport, stdout: asyncio.ReadTransport) -> None:
+        self.stdin = stdin
+        self.stdout = stdout
         self._ids = itertools.count(1)
         self.pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.lost: str | None = None
-        self._write_lock = asyncio.Lock()
+
+    def write(self, data: bytes) -> None:
+        """Queue one line for the child; raises `UpstreamLost(sent=False)` if it cannot."""
+        if self.lost is not None or self.stdin.is_closing():
+            raise UpstreamLost(self.lost or "the upstream's stdin is closed", sent=False)
+        self.stdin.write(data)
 
     async def send(self, data: bytes) -> None:
-        """Write one line to the child; raises `UpstreamLost(sent=False)` if it cannot."""
-        stdin = self.proc.stdin
-        if self.lost is not None or stdin is None:
-            raise UpstreamLost(self.lost or "the upstream has no stdin", sent=False)
-        try:
-            stdin.write(data)
-            async with self._write_lock:  # one drain at a time (asyncio's drain allows one)
-                await stdin.drain()
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            raise UpstreamLost(f"the upstream's stdin is closed ({exc})", sent=False) from None
+        self.write(data)
 
     async def request(
         self, method: str, params: dict[str, Any], *, timeout: float | None
@@ -106,9 +146,7 @@ class StdioUpstream:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.pending[rid] = future
         try:
-            await self.send(
-                dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-            )
+            self.write(dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}))
             try:
                 return await asyncio.wait_for(future, timeout)
             except asyncio.TimeoutError:  # a distinct class on Python 3.10
@@ -135,36 +173,72 @@ class StdioUpstream:
                 future.set_exception(UpstreamLost(reason))
 
 
-async def _client_streams(stdin: BinaryIO, stdout: BinaryIO) -> tuple[asyncio.StreamReader, Any]:
-    """Non-blocking reader and writer over the proxy's own stdin and stdout.
+class _ChildOut(asyncio.Protocol):
+    """The child's stdout, handed to the proxy as it arrives (no reader task, no readline).
 
-    Pipes (how hosts start stdio servers) go through the event loop; anything else (a file, a
-    terminal) through a thread, so the proxy works wherever it is started.
-    """
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_LINE)
-    try:
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
-    except (ValueError, OSError):
+    The child's pipes are the proxy's own `os.pipe()`s connected as plain pipe transports, not
+    asyncio's subprocess transport: that one defers every chunk by a `call_soon`, one more
+    turn of the loop per message."""
 
-        def pump() -> None:
-            while chunk := stdin.readline():
-                loop.call_soon_threadsafe(reader.feed_data, chunk)
-            loop.call_soon_threadsafe(reader.feed_eof)
+    def __init__(self, proxy: StdioProxy) -> None:
+        self.proxy = proxy
+        self.closed = asyncio.get_running_loop().create_future()
 
-        threading.Thread(target=pump, name="idemtools-proxy-stdin", daemon=True).start()
-    writer: Any
-    try:
-        transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, stdout
-        )
-        writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    except (ValueError, OSError):
-        writer = _BlockingWriter(stdout)
-    return reader, writer
+    def data_received(self, data: bytes) -> None:
+        self.proxy.from_upstream(data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+            self.proxy.upstream_closed()
+
+
+class _ChildIn(asyncio.Protocol):
+    def __init__(self, proxy: StdioProxy) -> None:
+        self.proxy = proxy
+
+    def pause_writing(self) -> None:  # the child's stdin is full: stop reading the host
+        self.proxy.pause_client()
+
+    def resume_writing(self) -> None:
+        self.proxy.resume_client()
+
+
+class _ClientIn(asyncio.Protocol):
+    def __init__(self, proxy: StdioProxy) -> None:
+        self.proxy = proxy
+
+    def data_received(self, data: bytes) -> None:
+        self.proxy.from_client(data)
+
+    def eof_received(self) -> bool:
+        self.proxy.client_closed()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.proxy.client_closed()
+
+
+class _ClientOut(asyncio.Protocol):
+    def __init__(self, proxy: StdioProxy) -> None:
+        self.proxy = proxy
+
+    def pause_writing(self) -> None:  # the host reads slowly: stop reading the child
+        self.proxy.pause_upstream(True)
+
+    def resume_writing(self) -> None:
+        self.proxy.pause_upstream(False)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.proxy.stop("the host closed the proxy's stdout")
 
 
 class _BlockingWriter:
+    """The proxy's stdout when it is not a pipe (a file, a terminal)."""
+
     def __init__(self, out: BinaryIO) -> None:
         self.out = out
 
@@ -172,15 +246,31 @@ class _BlockingWriter:
         self.out.write(data)
         self.out.flush()
 
-    async def drain(self) -> None:
-        return None
+    def is_closing(self) -> bool:
+        return False
 
     def close(self) -> None:
         return None
 
 
+def _read_size(transport: Any) -> None:
+    # A class attribute of asyncio's Unix pipe transport (`max_size`); elsewhere, nothing.
+    if isinstance(getattr(transport, "max_size", None), int):
+        transport.max_size = READ_SIZE
+
+
+def _client_looks(data: bytes) -> bool:
+    # Any \u escape is parsed, so that no spelling of a member name slips past.
+    return any(marker in data for marker in _CLIENT_MARKERS)
+
+
 class StdioProxy:
-    """One proxy run: the child, the engine, and the two relay loops."""
+    """One proxy run: the child, the engine, and the two relay directions.
+
+    Both directions are protocol callbacks: a line that needs nothing from the proxy (decided
+    on its bytes, before any JSON parse) is written to the other side's transport in the same
+    callback it arrived in. Only keyed calls become tasks (the engine awaits the store).
+    """
 
     def __init__(self, command: Sequence[str], config: ProxyConfig) -> None:
         self.command = list(command)
@@ -194,36 +284,87 @@ class StdioProxy:
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
         self.stop_reason = ""
+        self.client_in: asyncio.ReadTransport | None = None
+        self.writer: Any = None
+        self.client_done = False
+        self.client_lines = _Lines(self._client_message, self._to_upstream, _client_looks)
+        self.upstream_lines = _Lines(
+            self._upstream_message, self.write_client, self._upstream_looks
+        )
 
     async def run(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
+        loop = asyncio.get_running_loop()
+        child_in, to_child = os.pipe()
+        from_child, child_out = os.pipe()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                limit=MAX_LINE,
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.command, stdin=child_in, stdout=child_out
             )
         except OSError as exc:
+            for fd in (child_in, to_child, from_child, child_out):
+                os.close(fd)
             log.error("cannot start the upstream %r: %s", self.command[0], exc)
             await self.engine.aclose()
             return 127
-        self.upstream = StdioUpstream(proc)
-        self.reader, self.writer = await _client_streams(stdin, stdout)
-        loop = asyncio.get_running_loop()
+        os.close(child_in)
+        os.close(child_out)
+        writing, _ = await loop.connect_write_pipe(
+            lambda: _ChildIn(self), os.fdopen(to_child, "wb", buffering=0)
+        )
+        self.child = _ChildOut(self)
+        child = self.child
+        reading, _ = await loop.connect_read_pipe(
+            lambda: child, os.fdopen(from_child, "rb", buffering=0)
+        )
+        assert isinstance(writing, asyncio.WriteTransport)
+        assert isinstance(reading, asyncio.ReadTransport)
+        _read_size(reading)
+        self.upstream = StdioUpstream(writing, reading)
+        await self._client_streams(stdin, stdout)
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop, f"signal {sig.name}")
         await self._check_store()
-        client = asyncio.create_task(self._from_client())
-        server = asyncio.create_task(self._from_upstream())
+        await self._start_client()
         await self.stopping.wait()
-        client.cancel()
+        self.client_done = True
+        if self.client_in is not None:
+            with contextlib.suppress(Exception):
+                self.client_in.pause_reading()
         log.info("proxy stopping: %s", self.stop_reason)
-        code = await self._shutdown(proc, server)
+        code = await self._shutdown()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
         return code
+
+    async def _client_streams(self, stdin: BinaryIO, stdout: BinaryIO) -> None:
+        """Transports over the proxy's own stdin and stdout.
+
+        Pipes (how hosts start stdio servers) go through the event loop; anything else (a file,
+        a terminal) through a thread, so the proxy works wherever it is started.
+        """
+        loop = asyncio.get_running_loop()
+        self._stdin = stdin
+        try:
+            self.writer, _ = await loop.connect_write_pipe(lambda: _ClientOut(self), stdout)
+        except (ValueError, OSError):
+            self.writer = _BlockingWriter(stdout)
+
+    async def _start_client(self) -> None:
+        loop = asyncio.get_running_loop()
+        stdin = self._stdin
+        try:
+            self.client_in, _ = await loop.connect_read_pipe(lambda: _ClientIn(self), stdin)
+            _read_size(self.client_in)
+        except (ValueError, OSError):
+
+            def pump() -> None:
+                while chunk := stdin.readline():
+                    loop.call_soon_threadsafe(self.from_client, chunk)
+                loop.call_soon_threadsafe(self.client_closed)
+
+            threading.Thread(target=pump, name="idemtools-proxy-stdin", daemon=True).start()
 
     def stop(self, reason: str) -> None:
         if not self.stopping.is_set():
@@ -240,31 +381,51 @@ class StdioProxy:
                 type(exc).__name__,
             )
 
-    async def _write_client(self, data: bytes) -> None:
-        try:
-            self.writer.write(data)
-            await self.writer.drain()
-        except (BrokenPipeError, ConnectionResetError):
-            self.stop("the host closed the proxy's stdout")
+    # -- flow control --------------------------------------------------------------------
 
-    async def _from_client(self) -> None:
-        try:
-            while True:
-                line = await self.reader.readline()
-                if not line:
-                    break
-                await self._client_message(line)
-        except ValueError:  # a line over MAX_LINE
+    def pause_client(self) -> None:
+        if self.client_in is not None and not self.client_done:
+            with contextlib.suppress(Exception):
+                self.client_in.pause_reading()
+
+    def resume_client(self) -> None:
+        if self.client_in is not None and not self.client_done:
+            with contextlib.suppress(Exception):
+                self.client_in.resume_reading()
+
+    def pause_upstream(self, pause: bool) -> None:
+        with contextlib.suppress(Exception):
+            if pause:
+                self.upstream.stdout.pause_reading()
+            else:
+                self.upstream.stdout.resume_reading()
+
+    # -- host → child --------------------------------------------------------------------
+
+    def from_client(self, data: bytes) -> None:
+        if self.client_done:
+            return
+        if not self.client_lines.feed(data):
             log.error("a message from the host is over %d bytes; stopping", MAX_LINE)
-        except UpstreamLost:
-            return  # the upstream side ends the proxy
-        self.stop("the host closed stdin")
+            self.client_done = True
+            self.stop("the host sent a message over MAX_LINE")
 
-    async def _client_message(self, line: bytes) -> None:
+    def client_closed(self) -> None:
+        if not self.client_done:
+            self.client_lines.rest()
+            self.client_done = True
+            self.stop("the host closed stdin")
+
+    def _to_upstream(self, data: bytes) -> None:
+        try:
+            self.upstream.write(data)
+        except UpstreamLost:
+            self.client_done = True  # the upstream side ends the proxy
+
+    def _client_message(self, line: bytes) -> None:
         # Most messages need nothing from the proxy: those are relayed without being parsed.
-        # Any \u escape is parsed, so that no spelling of a member name slips past.
-        if not any(marker in line for marker in _CLIENT_MARKERS):
-            await self.upstream.send(line)
+        if not _client_looks(line):
+            self._to_upstream(line)
             return
         message = _loads(line) if line.strip() else None
         if isinstance(message, dict):
@@ -282,7 +443,7 @@ class StdioProxy:
                 if target is not None and target in self.in_flight:
                     # The keyed execution goes on and is recorded; the retry gets the replay.
                     return
-        await self.upstream.send(line)
+        self._to_upstream(line)
 
     def _start_keyed(self, message: dict[str, Any]) -> None:
         rid = _id_key(message.get("id"))
@@ -292,7 +453,7 @@ class StdioProxy:
             arguments=message["params"].get("arguments"),
         )
 
-        async def answer() -> None:
+        async def answer() -> bool:
             try:
                 reply = await self.keyed.answer(message, context, self.upstream)
             except Exception:  # never a silent drop: the host gets an error
@@ -305,31 +466,50 @@ class StdioProxy:
             finally:
                 if rid is not None:
                     self.in_flight.pop(rid, None)
-            await self._write_client(dumps(reply))
+            self.write_client(dumps(reply))
+            return True
 
-        task = asyncio.create_task(answer())
+        # Eagerly, as the engine starts executions: a replay from a store that answers without
+        # suspending (MemoryStore) is written before this returns, no loop turn, no task left.
+        started = start_eagerly(
+            asyncio.get_running_loop(), cast("Coroutine[Any, Any, Any]", answer())
+        )
+        if not isinstance(started, asyncio.Task):
+            return
+        task: asyncio.Task[None] = started
         if rid is not None:
             self.in_flight[rid] = task
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _from_upstream(self) -> None:
-        stdout = self.upstream.proc.stdout
-        assert stdout is not None
+    # -- child → host --------------------------------------------------------------------
+
+    def write_client(self, data: bytes) -> None:
+        writer = self.writer
+        if writer.is_closing():
+            self.stop("the host closed the proxy's stdout")
+            return
         try:
-            while True:
-                line = await stdout.readline()
-                if not line:
-                    break
-                await self._upstream_message(line)
-        except ValueError:
+            writer.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.stop("the host closed the proxy's stdout")
+
+    def _upstream_looks(self, data: bytes) -> bool:
+        return bool(self.advertising) or any(marker in data for marker in _UPSTREAM_MARKERS)
+
+    def from_upstream(self, data: bytes) -> None:
+        if not self.upstream_lines.feed(data):
             log.error("a message from the upstream is over %d bytes; stopping", MAX_LINE)
+            self.upstream.stdout.close()
+
+    def upstream_closed(self) -> None:
+        self.upstream_lines.rest()
         self.upstream.lose("the upstream server exited or closed its stdout")
         self.stop("the upstream exited")
 
-    async def _upstream_message(self, line: bytes) -> None:
-        if not self.advertising and not any(marker in line for marker in _UPSTREAM_MARKERS):
-            await self._write_client(line)
+    def _upstream_message(self, line: bytes) -> None:
+        if not self._upstream_looks(line):
+            self.write_client(line)
             return
         message = _loads(line) if line.strip() else None
         if isinstance(message, dict):
@@ -343,18 +523,20 @@ class StdioProxy:
                     self.advertising.discard(rid)
                     if advertise(message):
                         line = dumps(message)
-        await self._write_client(line)
+        self.write_client(line)
 
-    async def _shutdown(self, proc: asyncio.subprocess.Process, server: asyncio.Task[None]) -> int:
+    # -- shutdown ------------------------------------------------------------------------
+
+    async def _shutdown(self) -> int:
         grace = self.config.shutdown_grace
         drained = await self.engine.drain(grace)
         if self.tasks:  # their answers: written once recorded
             await asyncio.wait(set(self.tasks), timeout=5)
         if not drained:
             log.error("shutdown: keyed calls still running after %.0f s; see above", grace)
-        if proc.stdin is not None:
-            with contextlib.suppress(Exception):
-                proc.stdin.close()
+        with contextlib.suppress(Exception):
+            self.upstream.stdin.close()
+        proc = self.proc
         try:
             await asyncio.wait_for(proc.wait(), 5)
         except asyncio.TimeoutError:
@@ -367,14 +549,26 @@ class StdioProxy:
                     proc.kill()
                 await proc.wait()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(server, 5)
+            await asyncio.wait_for(asyncio.shield(self.child.closed), 5)
+        self.upstream.stdout.close()
         await self.engine.aclose()
         with contextlib.suppress(Exception):
+            if not self.writer.is_closing():
+                await self._flush_client()
             self.writer.close()
         code = proc.returncode or 0
         if self.stop_reason == "the upstream exited":
             return code if code >= 0 else 128 - code
         return 0
+
+    async def _flush_client(self) -> None:
+        """Let what is queued for the host be written before the transport closes."""
+        writer = self.writer
+        if isinstance(writer, asyncio.WriteTransport):
+            for _ in range(500):
+                if writer.get_write_buffer_size() == 0:
+                    return
+                await asyncio.sleep(0.01)
 
 
 async def serve_stdio(

@@ -198,3 +198,25 @@ def test_server_requests_during_a_keyed_call_reach_the_client(tmp_path: Path) ->
         answer = s.answer(1)
         assert '"model": "m"' in answer["result"]["content"][0]["text"]
         s.close()
+
+
+def test_messages_over_many_reads_and_several_in_one_read_are_relayed_whole(
+    tmp_path: Path,
+) -> None:
+    # 3 MB lines arrive in many reads (the relay reads 64 KiB at a time) and are written whole
+    # in both directions; a keyed one is still seen as keyed although its marker is mid-line
+    # (300 KB: under the engine's max_outcome_bytes, so that its answer is what replays).
+    log, big, keyed = tmp_path / "log", "x" * (3 << 20), "y" * 300_000
+    with start(tmp_path) as s:
+        s.initialize()
+        unkeyed = s.call(1, "record", label=big)
+        assert big in unkeyed["result"]["content"][0]["text"]
+        first = s.call(2, "record", "k-big", label=keyed)
+        assert keyed in first["result"]["content"][0]["text"]
+        assert s.call(3, "record", "k-big", label=keyed)["result"] == first["result"]
+        # Two whole messages in one write: both relayed, each answered under its own id.
+        line = b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n'
+        s.send(line % 4 + line % 5)
+        assert s.answer(5)["result"] == {} and s.answer(4)["result"] == {}
+        assert s.close() == 0
+    assert executions(log, big) == 1 and executions(log, keyed) == 1  # the replay did not run

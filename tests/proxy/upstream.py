@@ -3,7 +3,9 @@
 `python upstream.py LOG` serves stdio; `python upstream.py LOG --http PORT` serves plain
 JSON over HTTP POST on 127.0.0.1 (no sessions, no auth: the proxy in front verifies callers;
 an answer with notifications before it, `slow` with a progressToken, is an SSE stream; a call
-with a `status` argument is answered with that HTTP status and no JSON-RPC).
+with a `status` argument is answered with that HTTP status and no JSON-RPC; with
+`--tokens FILE`, a request whose `Authorization: Bearer T` has no line T in FILE, read at each
+request, gets HTTP 401: a token is revoked by removing its line).
 Every message it receives is appended to LOG as one JSON line (so a test can count executions
 across processes and see exactly what was forwarded).
 Tools:
@@ -135,6 +137,14 @@ def call(rid: Any, params: dict[str, Any]) -> None:
     send({"jsonrpc": "2.0", "id": rid, "result": text(label, executions)})
 
 
+def authorized(authorization: str) -> bool:
+    if "--tokens" not in sys.argv:
+        return True
+    with open(sys.argv[sys.argv.index("--tokens") + 1]) as file:
+        tokens = set(file.read().split())
+    return authorization[:7].lower() == "bearer " and authorization[7:].strip() in tokens
+
+
 def serve_http(port: int) -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -148,6 +158,12 @@ def serve_http(port: int) -> None:
             log({**message, "headers": {"authorization": self.headers.get("authorization")}})
             SINK.messages = []
             try:
+                if not authorized(self.headers.get("authorization") or ""):
+                    self.send_response(401)
+                    self.send_header("www-authenticate", 'Bearer error="invalid_token"')
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
                 if message.get("id") is None:
                     self.send_response(202)
                     self.end_headers()
