@@ -135,7 +135,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "conformance": {"conformance.server"},  # add_fixture_tools only, lazily (see its rule)
     "conformance.server": {"conformance", "adapters", "installation", "foundation"},
     "testing": {"adapters", "client", "installation", "foundation"},
-    "proxy": {"engine", "stores", "stores.base", "foundation"},  # raw JSON-RPC: no SDK, no adapter
+    "proxy": {"engine", "stores", "stores.base", "docs", "foundation"},  # raw JSON-RPC: no SDK
     "integrations": {"client", "foundation"},  # client side only: never the engine or a store
 }
 """Group → the other groups its modules may import (within a group anything goes, but for
