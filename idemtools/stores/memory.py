@@ -152,7 +152,8 @@ class _Records:
         if heap and heap[0][0] <= now:
             self.expire(now)
         old = self.entries.get(rid)
-        size = _sizeof(entry) + self.reserve
+        outcome = entry.outcome  # `_sizeof`, inline: every keyed call adds twice
+        size = entry.base + self.reserve + (0 if outcome is None else len(outcome))
         counts = self.counts
         if old is not None:
             old_size = _sizeof(old) + self.reserve
@@ -181,7 +182,8 @@ class _Records:
         """Remove a record; `sid` is `_scope_of(rid)` when the caller has it already."""
         entry = self.entries.pop(rid, None)
         if entry is not None:
-            size = _sizeof(entry) + self.reserve
+            outcome = entry.outcome  # `_sizeof`, inline: every keyed call removes its claim
+            size = entry.base + self.reserve + (0 if outcome is None else len(outcome))
             self.bytes -= size
             if self.counts is not None:
                 self.counts.add(_scope_of(rid) if sid is None else sid, -1, -size)
