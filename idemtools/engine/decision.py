@@ -68,6 +68,24 @@ class ToolCall:
     context: CallContext = field(default_factory=CallContext)
     policy: Policy | None = None
 
+    def __init__(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        key: object,
+        context: CallContext | None = None,
+        policy: Policy | None = None,
+    ) -> None:
+        # The generated frozen `__init__` sets each field through `object.__setattr__`; one
+        # is built per keyed call, and writing the instance dict directly costs half
+        # (~5 k instructions less, callgrind). Still frozen: `__setattr__` refuses as before.
+        fields = self.__dict__
+        fields["name"] = name
+        fields["arguments"] = arguments
+        fields["key"] = key
+        fields["context"] = CallContext() if context is None else context
+        fields["policy"] = policy
+
 
 def key_digest(key: str) -> str:
     """A short hash of a key, for logs: keys are client data and may carry meaning."""

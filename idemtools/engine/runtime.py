@@ -21,7 +21,10 @@ from ..outcome import Outcome
 
 try:  # trio depends on sniffio; without it, anyio's only other backend (asyncio) is running
     from sniffio import current_async_library as _current_async_library
+    from sniffio import current_async_library_cvar as _library_cvar
+    from sniffio import thread_local as _library_thread
 except ImportError:  # pragma: no cover
+    _library_thread = _library_cvar = None  # type: ignore[assignment]
 
     def _current_async_library() -> str:
         return "asyncio"
@@ -31,6 +34,19 @@ __all__ = ["cancels_the_execution", "on_asyncio", "protect", "shielded", "spawn"
 
 
 def on_asyncio() -> bool:
+    """Whether the running library is asyncio, as sniffio says; asked on every keyed call, so
+    sniffio's own steps are inlined (its asyncio step imports asyncio again on every call)."""
+    if _library_thread is not None and _library_cvar is not None:
+        name = _library_thread.name
+        if name is None:
+            name = _library_cvar.get()
+        if name is not None:
+            return bool(name == "asyncio")
+        try:
+            if asyncio.current_task() is not None:
+                return True
+        except RuntimeError:
+            pass
     return _current_async_library() == "asyncio"
 
 

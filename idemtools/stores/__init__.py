@@ -1,6 +1,6 @@
 """Stores keep idempotency records behind one async protocol (`idemtools.stores.base.Store`).
 
-`MemoryStore` and `SQLiteStore` need nothing beyond the standard library and cachetools.
+`MemoryStore` and `SQLiteStore` need nothing beyond the standard library.
 `RedisStore` and `PostgresStore` are imported on first use, so their drivers stay optional
 extras (`idemtools[redis]`, `idemtools[postgres]`).
 """

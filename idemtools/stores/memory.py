@@ -1,13 +1,14 @@
-"""MemoryStore: the embedded default, one process, built on cachetools' TLRUCache.
+"""MemoryStore: the embedded default, one process, records in two dicts with heaps of expiries.
 
-TLRUCache gives each record its own expiry and removes expired records on every write. Its LRU
-eviction is exactly what an idempotency store must never do, so a claim that would need eviction
-is refused with `StoreFullError` instead.
+Each record has its own expiry, and expired records are removed on every write. Nothing is ever
+evicted (what an idempotency store must never do): a claim that would need room is refused with
+`StoreFullError` instead.
 
-Completed records (expiry = retention, written once) live in a TLRUCache. Claims in progress
-(expiry = lease, moved on every renewal) live in `_Claims`, a plain dict with a heap of expiries:
-every keyed call adds one and removes it a moment later, which TLRUCache's LRU order, timer and
-size callback made the largest cost of a first execution. Ids, fingerprints and owner tokens are
+Claims in progress (expiry = lease, moved on every renewal) and completed records (expiry =
+retention, written once) each live in a `_Records`: a plain dict with a heap of expiries. Every
+keyed call adds a claim, removes it a moment later and adds a completed record; cachetools'
+TLRUCache, which held the completed records before, made that write (its LRU order, timer and
+size callback) the largest cost of a first execution. Ids, fingerprints and owner tokens are
 kept as raw bytes when they are the hex strings the engine produces, and turned back into the same
 strings in `Record`.
 
@@ -20,9 +21,8 @@ All checked inside the claim's lock, none ever met by evicting:
   outcome, id, fingerprint and owner plus `RECORD_OVERHEAD` bytes for the Python objects around
   them (measured with tracemalloc on CPython 3.11: about 400 bytes for a claim with a 12-byte
   key). Counting records alone allowed 100,000 × 1 MiB ≈ 94 GiB; bytes are what runs a process
-  out of memory. The caches keep the sum themselves (cachetools' `getsizeof`), so every write
-  path, whoever wrote it, is accounted for, and an expired record stops counting when it is
-  removed;
+  out of memory. Each `_Records` keeps the sum itself (`_sizeof` in `add` and `remove`), so
+  every write path is accounted for, and an expired record stops counting when it is removed;
 * `max_records_per_scope` and `max_bytes_per_scope` (default: a tenth of the store each,
   `SCOPE_SHARE`): live records and bytes per scope, so one caller flooding unique keys is
   refused with `QuotaExceededError` while every other scope claims on.
@@ -43,8 +43,6 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from cachetools import Cache, TLRUCache
-
 from ..outcome import TOMBSTONE_RESERVE
 from ._common import (
     at_least_one,
@@ -62,7 +60,8 @@ __all__ = ["RECORD_OVERHEAD", "SCOPE_SHARE", "MemoryStore"]
 
 RECORD_OVERHEAD = 320
 """Bytes counted per record besides its id, fingerprint, owner and outcome: the `_Entry`, the
-two caches' dict slots, TLRUCache's item and heap entry, the bytes objects' headers."""
+dict slot and heap entry, the bytes objects' headers (kept as measured with the TLRUCache
+this store used before, which cost a little more: an upper bound)."""
 
 _UNPACKED_META = 160
 """Extra bytes of an unpacked (fingerprint, owner) tuple of strings over the packed 48 bytes."""
@@ -85,10 +84,6 @@ class _Entry:
             self.base = RECORD_OVERHEAD + id_size + len(meta)
         else:
             self.base = RECORD_OVERHEAD + id_size + _UNPACKED_META + len(meta[0]) + len(meta[1])
-
-
-def _ttu(_key: object, entry: _Entry, _now: float) -> float:
-    return entry.expires
 
 
 def _sizeof(entry: _Entry) -> int:
@@ -125,47 +120,58 @@ class _Scopes:
             self.bytes.pop(sid, None)
 
 
-class _Claims:
-    """Claims in progress: a dict, the bytes they cost, and a min-heap of (expiry, id).
+class _Records:
+    """Records of one status: a dict, the bytes they cost, and a min-heap of (expiry, id).
 
-    Claims are few (the calls running now) and short-lived, so no LRU order and no size callback:
-    a renewal or a removal leaves its old heap entry behind, skipped when it comes up, and the
-    heap is rebuilt from the dict once stale entries outnumber live ones (as TLRUCache does).
-    An expired claim stays readable as such (callers compare `expires`) until `expire` drops it,
-    which every `add` runs. With a per-scope quota, `counts` (shared with the completed cache)
-    counts the claims present per scope.
+    Used twice: for the claims in progress (few, short-lived, moved on every renewal) and for
+    the completed records (written once, removed when their retention ends). No LRU order and
+    no size callback (TLRUCache's, which made the completed cache the largest cost of a first
+    execution): a renewal, a removal or a replacement leaves its old heap entry behind, skipped
+    when it comes up, and the heap is rebuilt from the dict once stale entries outnumber live
+    ones (as TLRUCache does). An expired record stays readable as such (callers compare
+    `expires`) until `expire` drops it, which every `add` runs first. With a per-scope quota,
+    `counts` (shared by both) counts the records present per scope.
+
+    `reserve`: bytes counted per record on top of its own (`_sizeof`): a claim holds the room
+    its tombstone may need (`TOMBSTONE_RESERVE`), a completed record nothing.
     """
 
-    __slots__ = ("bytes", "counts", "entries", "heap")
+    __slots__ = ("bytes", "counts", "entries", "heap", "reserve")
 
-    def __init__(self, counts: _Scopes | None) -> None:
+    def __init__(self, counts: _Scopes | None, reserve: int = TOMBSTONE_RESERVE) -> None:
         self.entries: dict[bytes, _Entry] = {}
         self.heap: list[tuple[float, bytes]] = []
-        # Sum over the entries of their base plus the room their tombstone may need.
+        # Sum over the entries of their size plus `reserve`.
         self.bytes = 0
         self.counts = counts
+        self.reserve = reserve
 
     def add(self, rid: bytes, entry: _Entry, now: float, sid: bytes | None = None) -> None:
-        """Add a claim; `sid` is `_scope_of(rid)` when the caller has it already."""
+        """Hold `entry` under `rid` (replacing what is there); `sid` is `_scope_of(rid)`."""
         heap = self.heap
         if heap and heap[0][0] <= now:
             self.expire(now)
         old = self.entries.get(rid)
+        outcome = entry.outcome  # `_sizeof`, inline: every keyed call adds twice
+        size = entry.base + self.reserve + (0 if outcome is None else len(outcome))
         counts = self.counts
-        if counts is not None:
-            sid = _scope_of(rid) if sid is None else sid
-            if old is not None:
-                counts.add(sid, 0, entry.base - old.base)
-            else:
-                counts.add(sid, 1, entry.base + TOMBSTONE_RESERVE)
         if old is not None:
-            self.bytes -= old.base + TOMBSTONE_RESERVE
-        self.entries[rid] = entry
-        self.bytes += entry.base + TOMBSTONE_RESERVE
-        self.moved(rid, entry)
+            old_size = _sizeof(old) + self.reserve
+            self.bytes -= old_size
+            if counts is not None:
+                counts.add(_scope_of(rid) if sid is None else sid, 0, size - old_size)
+        elif counts is not None:
+            counts.add(_scope_of(rid) if sid is None else sid, 1, size)
+        entries = self.entries
+        entries[rid] = entry
+        self.bytes += size
+        if len(heap) > 2 * len(entries) + 16:  # `moved`, inline: every keyed call adds twice
+            heap[:] = [(e.expires, r) for r, e in entries.items()]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (entry.expires, rid))
 
     def moved(self, rid: bytes, entry: _Entry) -> None:
-        """Note `entry.expires` (a new claim, or a renewal that just moved it)."""
+        """Note `entry.expires` (a new record, or a renewal that just moved it)."""
         heap = self.heap
         if len(heap) > 2 * len(self.entries) + 16:
             heap[:] = [(e.expires, r) for r, e in self.entries.items()]
@@ -173,93 +179,23 @@ class _Claims:
         heapq.heappush(heap, (entry.expires, rid))
 
     def remove(self, rid: bytes, sid: bytes | None = None) -> None:
-        """Remove a claim; `sid` is `_scope_of(rid)` when the caller has it already."""
+        """Remove a record; `sid` is `_scope_of(rid)` when the caller has it already."""
         entry = self.entries.pop(rid, None)
         if entry is not None:
-            self.bytes -= entry.base + TOMBSTONE_RESERVE
+            outcome = entry.outcome  # `_sizeof`, inline: every keyed call removes its claim
+            size = entry.base + self.reserve + (0 if outcome is None else len(outcome))
+            self.bytes -= size
             if self.counts is not None:
-                self.counts.add(
-                    _scope_of(rid) if sid is None else sid, -1, -(entry.base + TOMBSTONE_RESERVE)
-                )
+                self.counts.add(_scope_of(rid) if sid is None else sid, -1, -size)
 
     def expire(self, now: float) -> None:
         heap, entries = self.heap, self.entries
         while heap and heap[0][0] <= now:
             _, rid = heapq.heappop(heap)
             entry = entries.get(rid)
-            if entry is not None and entry.expires <= now:  # else renewed: a newer entry follows
+            if entry is not None and entry.expires <= now:  # else moved: a newer entry follows
                 self.remove(rid)
 
-
-class _ScopedCache(TLRUCache[bytes, _Entry]):
-    """A TLRUCache that also counts the items it holds per scope, in a dict shared with the
-    claims in progress. Used only with a per-scope quota, so a store without one pays nothing.
-
-    Counting in the cache rather than in the store's operations means every write or removal is
-    seen, including TLRUCache's own removal of expired items (`expire`, which its writes call):
-    the count of a scope is the number of its items present, an upper bound of its live records
-    that becomes exact after `expire(now)`.
-    """
-
-    def __init__(self, counts: _Scopes, *, maxsize: float, timer: Callable[[], float]) -> None:
-        super().__init__(maxsize=maxsize, ttu=_ttu, timer=timer, getsizeof=_sizeof)
-        self._counts = counts
-
-    def expire(self, time: float | None = None) -> list[tuple[bytes, _Entry]]:
-        expired = list(super().expire(time))
-        for rid, entry in expired:
-            self._counts.add(_scope_of(rid), -1, -_sizeof(entry))
-        return expired
-
-    def put_fresh(self, key: bytes, value: _Entry, sid: bytes) -> None:
-        """`complete`'s write, cheaper than `__setitem__`: the caller saw no live item under
-        `key` at a time no later than this cache's clock reads now, so whatever item `key`
-        has is expired and TLRUCache's own write removes it first (through `expire`, which
-        counts it). Only the new item is counted here, if TLRUCache kept it (it skips an item
-        whose expiry is already past; a stale item then stays, counted as before)."""
-        TLRUCache.__setitem__(self, key, value)
-        try:
-            kept = _peek(self, key) is value
-        except KeyError:
-            kept = False
-        if kept:
-            self._counts.add(sid, 1, _sizeof(value))
-
-    def __setitem__(self, key: bytes, value: _Entry) -> None:
-        with self.timer as now:  # one frozen time for our expire and TLRUCache's own
-            self.expire(now)
-            had = _contains(self, key)
-            old = _sizeof(_peek(self, key)) if had else 0
-            super().__setitem__(key, value)
-        has = _contains(self, key)  # TLRUCache drops an item re-set with an expiry past
-        if had:
-            self._counts.add(_scope_of(key), -1, -old)
-        if has:
-            self._counts.add(_scope_of(key), 1, _sizeof(value))
-
-    def __delitem__(self, key: bytes) -> None:
-        had = _contains(self, key)
-        old = _sizeof(_peek(self, key)) if had else 0
-        try:
-            super().__delitem__(key)  # may delete, then raise KeyError for an expired item
-        finally:
-            if had and not _contains(self, key):
-                self._counts.add(_scope_of(key), -1, -old)
-
-
-# Reads go straight to the underlying mapping (Cache's own methods, as TLRUCache itself calls
-# them): TLRUCache's `get`/`len` read the clock, reorder the LRU list and expire on every call
-# (a miss in `get` even raises and catches KeyError twice). We read the clock once per
-# operation and compare `entry.expires` ourselves; expired items are dropped by each cache's
-# own writes (`__setitem__` expires first) and when the store nears `max_records`.
-_contains = Cache.__contains__
-_peek = Cache.__getitem__
-_size = Cache.__len__
-_bytes: Callable[[Cache[bytes, _Entry]], float] = Cache.currsize.fget  # type: ignore[attr-defined]
-"""Cache's own `currsize`: TLRUCache's property expires the whole cache on every read."""
-
-_NEVER = float(1 << 62)
-"""The caches' own maxsize: never reached, so they never evict (see `MemoryStore.__init__`)."""
 
 _RESTARTS = (
     "Records are lost when the server restarts: a retry that reaches the restarted server "
@@ -367,19 +303,14 @@ class MemoryStore:
         self._clock = clock
         self.outcomes_not_kept = 0
         """Completions recorded as a tombstone because the outcome did not fit `max_bytes`."""
-        # The caches must never evict: `claim` and `complete` check every bound first, so
-        # their own maxsize (in bytes, via getsizeof) is set out of reach.
+        # Nothing is ever evicted: `claim` and `complete` check every bound first.
         self._scopes = _Scopes()
         self._per_scope = self._scopes.records
         self._scope_bytes = self._scopes.bytes
         self._scoped = max_records_per_scope is not None or max_bytes_per_scope is not None
-        self._done: TLRUCache[bytes, _Entry]
-        if not self._scoped:
-            self._running = _Claims(None)
-            self._done = TLRUCache(maxsize=_NEVER, ttu=_ttu, timer=clock, getsizeof=_sizeof)
-        else:
-            self._running = _Claims(self._scopes)
-            self._done = _ScopedCache(self._scopes, maxsize=_NEVER, timer=clock)
+        counts = self._scopes if self._scoped else None
+        self._running = _Records(counts)
+        self._done = _Records(counts, reserve=0)
         # Async callers run these under one event loop; the lock makes threaded use safe too.
         self._lock = threading.Lock()
 
@@ -387,7 +318,7 @@ class MemoryStore:
     def bytes_used(self) -> int:
         """Estimated bytes of the records held, expired ones not yet removed included."""
         with self._lock:
-            return int(self._running.bytes + _bytes(self._done))
+            return int(self._running.bytes + self._done.bytes)
 
     def info(self) -> StoreInfo:
         """In-process memory, bounded by `max_records` and `max_bytes` (see `Store.info`)."""
@@ -425,11 +356,9 @@ class MemoryStore:
         )
 
     def _find(self, rid: bytes, now: float) -> tuple[_Entry, Status] | None:
-        done = self._done
-        if _contains(done, rid):
-            entry: _Entry = _peek(done, rid)
-            if entry.expires > now:
-                return entry, Status.COMPLETED
+        entry = self._done.entries.get(rid)
+        if entry is not None and entry.expires > now:
+            return entry, Status.COMPLETED
         claim = self._running.entries.get(rid)
         if claim is not None and claim.expires > now:
             return claim, Status.IN_PROGRESS
@@ -442,7 +371,7 @@ class MemoryStore:
     def __len__(self) -> int:
         with self._lock:
             self._expire(self._clock())
-            return len(self._running.entries) + len(self._done)
+            return len(self._running.entries) + len(self._done.entries)
 
     async def claim(
         self, scope: str, key: str, fingerprint: str, owner: str, lease: float
@@ -460,8 +389,8 @@ class MemoryStore:
             # a store (or scope) near a bound pays for expiring both caches and looking again.
             quota, share = self.max_records_per_scope, self.max_bytes_per_scope
             if (
-                len(running.entries) + _size(done) >= self.max_records
-                or running.bytes + _bytes(done) + entry.base + TOMBSTONE_RESERVE > self.max_bytes
+                len(running.entries) + len(done.entries) >= self.max_records
+                or running.bytes + done.bytes + entry.base + TOMBSTONE_RESERVE > self.max_bytes
                 # The scope's bounds, as upper bounds too (expired records still count).
                 or (quota is not None and self._per_scope.get(sid, 0) >= quota)
                 or (
@@ -490,9 +419,9 @@ class MemoryStore:
         ):
             raise scope_byte_quota_exceeded(share, key)
         running, done = self._running, self._done
-        if len(running.entries) + _size(done) >= self.max_records:
+        if len(running.entries) + len(done.entries) >= self.max_records:
             raise store_full("memory", self.max_records, "live records", key)
-        if running.bytes + _bytes(done) + entry.base + TOMBSTONE_RESERVE > self.max_bytes:
+        if running.bytes + done.bytes + entry.base + TOMBSTONE_RESERVE > self.max_bytes:
             raise store_full("memory", self.max_bytes, "bytes of records", key)
 
     def _held(self, rid: bytes, owner: str, now: float) -> _Entry | None:
@@ -527,7 +456,8 @@ class MemoryStore:
         with self._lock:
             now = self._clock()
             done = self._done
-            if _contains(done, rid) and _peek(done, rid).expires > now:
+            completed = done.entries.get(rid)
+            if completed is not None and completed.expires > now:
                 return False  # a completed record is final
             running = self._running
             claim = running.entries.get(rid)
@@ -544,7 +474,7 @@ class MemoryStore:
                 return False
             size = entry.base + len(outcome)
             share = self.max_bytes_per_scope
-            if running.bytes + _bytes(done) + size > self.max_bytes or (
+            if running.bytes + done.bytes + size > self.max_bytes or (
                 share is not None and self._scope_bytes.get(sid, 0) + size > share
             ):  # `_no_room`, inline on the hot path
                 self._expire(now)
@@ -552,16 +482,16 @@ class MemoryStore:
                     outcome = self._not_kept(outcome, key)
             entry.outcome = outcome
             entry.expires = now + retention
-            if isinstance(done, _ScopedCache):
-                done.put_fresh(rid, entry, sid)  # no live record under rid: checked above
-            else:
-                done[rid] = entry
+            if entry.expires > now:
+                done.add(rid, entry, now, sid)  # replaces an expired record under rid, if any
+            else:  # kept for no time at all (as TLRUCache did): nothing stays under rid
+                done.remove(rid, sid)
             return True
 
     def _no_room(self, sid: bytes, size: int) -> bool:
         """Whether a completed record of `size` bytes fits neither the store's budget nor the
         budget of its scope `sid` (the claim's own bytes already freed)."""
-        if self._running.bytes + _bytes(self._done) + size > self.max_bytes:
+        if self._running.bytes + self._done.bytes + size > self.max_bytes:
             return True
         share = self.max_bytes_per_scope
         return share is not None and self._scope_bytes.get(sid, 0) + size > share

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from cachetools import Cache
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,9 +102,7 @@ def test_claim_accounting_matches_what_is_held(
         present: dict[bytes, int] = {}
         sizes: dict[bytes, int] = {}
         held = [(rid, e.base + TOMBSTONE_RESERVE) for rid, e in claims.entries.items()]
-        done_items = [
-            (r, _sizeof(Cache.__getitem__(store._done, r))) for r in Cache.__iter__(store._done)
-        ]
+        done_items = [(r, _sizeof(e)) for r, e in store._done.entries.items()]
         for rid, size in [*held, *done_items]:
             present[_scope_of(rid)] = present.get(_scope_of(rid), 0) + 1
             sizes[_scope_of(rid)] = sizes.get(_scope_of(rid), 0) + size
@@ -114,6 +111,6 @@ def test_claim_accounting_matches_what_is_held(
         now = clock()
         done = store._done
         live_claims = sum(1 for e in claims.entries.values() if e.expires > now)
-        live_done = sum(1 for r in Cache.__iter__(done) if Cache.__getitem__(done, r).expires > now)
+        live_done = sum(1 for e in done.entries.values() if e.expires > now)
         assert len(store) == live_claims + live_done
         assert not any(e.expires <= now for e in claims.entries.values())  # len() expired them

@@ -1,7 +1,7 @@
 """ReferenceStore (the executable spec) against the suite, and MemoryStore against it.
 
-MemoryStore packs records into bytes, keeps claims in a dict with a heap of expiries and
-completed records in a TLRUCache: an optimisation of the reference's dict and clock. Here it
+MemoryStore packs records into bytes, keeps claims and completed records each in a dict with a
+heap of expiries: an optimisation of the reference's dict and clock. Here it
 must give the reference's answers, operation by operation, on random sequences of claims,
 renewals, completions, releases, reads and time passing, with bounds on and off.
 """
