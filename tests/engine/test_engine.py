@@ -37,7 +37,9 @@ from idemtools import (
 )
 from idemtools.engine import REPLAY_META_KEY, ToolCall
 from idemtools.stores import MemoryStore
-from idemtools.stores.base import Claim, Record, Status, TransactionalStore
+from idemtools.stores.base import Claim, Record, Status, Store, TransactionalStore
+
+from ..stores.fixtures import STORE_KINDS, new_store
 
 STDIO = CallContext(transport="stdio")
 LEASE = 30.0
@@ -112,9 +114,11 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def store(clock: Clock) -> MemoryStore:
-    return MemoryStore(clock=clock)
+@pytest.fixture(params=STORE_KINDS)
+def store(request: pytest.FixtureRequest, clock: Clock) -> Store:
+    """Each engine test runs on the reference store (the executable spec of the five
+    operations) and on MemoryStore (the optimisation that must answer the same)."""
+    return new_store(request.param, clock=clock)
 
 
 @pytest.fixture
