@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import LocalCluster, need_redis_server
+# Not test modules, so pytest would not rewrite their asserts by itself; registered before any
+# test module imports them (tests/engine uses the store fixtures too).
+pytest.register_assert_rewrite("tests.stores.conformance", "tests.stores.fixtures")
+
+from tests.services import LocalCluster, need_redis_server  # noqa: E402
 
 
 @pytest.fixture(scope="session")

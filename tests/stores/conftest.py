@@ -2,7 +2,5 @@
 
 from __future__ import annotations
 
-import pytest
-
-# conformance.py is not a test module, so pytest would not rewrite its asserts by itself.
-pytest.register_assert_rewrite("tests.stores.conformance")
+# conformance.py is not a test module: tests/conftest.py has pytest rewrite its asserts (there,
+# because the engine's tests import its fixtures before this folder is collected).
