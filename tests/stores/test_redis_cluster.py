@@ -207,13 +207,15 @@ async def test_lease_keeper_gets_its_own_cluster_client(redis_cluster: LocalClus
     assert isinstance(keeper, RedisStore)
     assert isinstance(keeper.client, RedisCluster) and keeper.client is not store.client
     try:
-        assert (await store.claim("s", "k", "fp", "o1", 0.5)).claimed
+        # 2 s: the keeper's client discovers the cluster in its own thread first, which took
+        # over 0.5 s on a loaded machine (the lease lapsed before the renewal ran).
+        assert (await store.claim("s", "k", "fp", "o1", 2.0)).claimed
         # Renewed from another thread's own event loop, as the keeper does.
         renewed: list[bool] = []
 
         def renew() -> None:
             async def go() -> None:
-                renewed.append(await keeper.renew("s", "k", "o1", 5))
+                renewed.append(await keeper.renew("s", "k", "o1", 10))
                 await keeper.aclose()
 
             asyncio.run(go())
@@ -222,7 +224,7 @@ async def test_lease_keeper_gets_its_own_cluster_client(redis_cluster: LocalClus
         thread.start()
         await anyio.to_thread.run_sync(thread.join, 10)
         assert renewed == [True]
-        await anyio.sleep(0.6)  # past the first lease: the renewal held it
+        await anyio.sleep(2.1)  # past the first lease: the renewal held it
         record = await store.get("s", "k")
         assert record is not None and record.status is Status.IN_PROGRESS
     finally:
