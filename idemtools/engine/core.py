@@ -160,9 +160,24 @@ class Engine(Lifecycle):
 
     # -- decisions ---------------------------------------------------------------------------
 
-    def policy_for(self, name: str, own: Policy | None = None) -> Policy:
-        """The policy for a tool: its own, else the registry's, else the server default."""
-        return own or self.registry.get(name) or self.default_policy
+    def policy_for(self, name: str, own: Policy | None = None, *, by_name: bool = True) -> Policy:
+        """The policy for a tool: `declared_policy`, else the server default."""
+        return self.declared_policy(name, own, by_name=by_name) or self.default_policy
+
+    def declared_policy(
+        self, name: str, own: Policy | None = None, *, by_name: bool = True
+    ) -> Policy | None:
+        """A tool's declared policy, or None when the server default applies.
+
+        `own` is the `@idempotent` policy the adapter found on the tool's function. Without one,
+        a server that can only name its tools (`by_name`: the low-level ones) asks the registry
+        by name. A server that holds its tools' functions (`by_name=False`) takes only a name
+        declared as such (`Registry.declared`): a bare `@idempotent` function elsewhere in the
+        process that merely shares the tool's name lends it nothing.
+        """
+        if own is not None:
+            return own
+        return self.registry.get(name) if by_name else self.registry.declared(name)
 
     def refusal(self, error: RefusedError) -> Outcome:
         """The JSON-RPC error outcome for a refusal; `data.type` tells clients which one."""
