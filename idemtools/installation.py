@@ -48,7 +48,8 @@ class ToolPolicy:
     name: str
     policy: Policy
     own: bool
-    """True when the tool declared its own policy (`@idempotent`), False for the default."""
+    """True when the tool has a policy of its own (its `@idempotent`, a declared name, or on a
+    low-level server the registry's entry for its name), False for the default."""
     input_schema: dict[str, Any] | None = None
     """The tool's JSON Schema for `arguments`, as the server lists it (None if unknown)."""
 
