@@ -48,7 +48,8 @@ class ToolPolicy:
     name: str
     policy: Policy
     own: bool
-    """True when the tool declared its own policy (`@idempotent`), False for the default."""
+    """True when the tool has a policy of its own (its `@idempotent`, a declared name, or on a
+    low-level server the registry's entry for its name), False for the default."""
     input_schema: dict[str, Any] | None = None
     """The tool's JSON Schema for `arguments`, as the server lists it (None if unknown)."""
 
@@ -65,16 +66,22 @@ class Installation:
     _list_tools: Callable[[], Awaitable[list[tuple[str, Policy | None, dict[str, Any] | None]]]] = (
         field(repr=False)
     )
+    _by_name: bool = field(default=False, repr=False)
+    """A low-level server: tools' policies are found by name (see `Adapted.by_name`)."""
 
     @property
     def store(self) -> Store:
         return self.engine.store
 
     async def tools(self) -> list[ToolPolicy]:
-        """Every tool the server lists (plus registry-only names), sorted by name."""
+        """Every tool the server lists, sorted by name, with the policy its keyed calls get.
+
+        Found as dispatch finds it (`Engine.declared_policy`): on the tool's function, or by
+        name in the registry on a low-level server, so the docs never promise another policy.
+        """
         found: dict[str, ToolPolicy] = {}
         for name, own, schema in await self._list_tools():
-            policy = own or self.engine.registry.get(name)
+            policy = self.engine.declared_policy(name, own, by_name=self._by_name)
             found[name] = ToolPolicy(
                 name, policy or self.engine.default_policy, policy is not None, schema
             )
@@ -309,7 +316,11 @@ def install(
         replay_authorization=replay_authorization,
     )
     installation = Installation(
-        server=server, engine=engine, adapter=adapted.kind, _list_tools=adapted.list_tools
+        server=server,
+        engine=engine,
+        adapter=adapted.kind,
+        _list_tools=adapted.list_tools,
+        _by_name=adapted.by_name,
     )
     installation.hook_lifespan(adapted.lifespan_owner)  # the store is checked at start-up
     installation.hook_transports(*adapted.transport_owners)  # their end waits for calls in flight

@@ -30,6 +30,11 @@ answer an unknown tool without recording it; a replay matched a record's tool na
 execution wrote). Every other call is `_unknown` (`UNKNOWN_TOOL`). At most `MAX_TOOL_NAMES`
 names are learned so; the `on_outcome` hook, the application's own code, gets the name as sent.
 
+`Telemetry` is one of the engine's observers (`idemtools.engine.observers`); the `on_outcome`
+hook is another, registered beside it only when one is given, and neither knows of the other.
+This module holds the words both use: `OutcomeKind` (what a call came to, `outcome_kind`) and
+the hook's own types, `OnOutcome` and `OutcomeContext`.
+
 Only `opentelemetry-api` is used (a dependency of mcp 2.x, the `otel` extra on 1.x), imported
 when an engine is built; without it, or until the application installs an SDK, all of this is
 skipped for the price of one clock read per call. The global providers are looked at again
@@ -39,7 +44,6 @@ once a second until they are real, because an application may install its SDK af
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -132,11 +136,9 @@ class OnOutcome(Protocol):
 
 
 class Telemetry:
-    """One engine's spans, metrics and `on_outcome` hook.
+    """One engine's OpenTelemetry spans and metrics: an observer of its keyed calls.
 
     Args:
-        on_outcome: see `OnOutcome`. Awaited before the answer is sent, so keep it quick (hand
-            slow work to a queue); whatever it raises is logged and changes nothing.
         tracer_provider: use this instead of the global tracer provider.
         meter_provider: use this instead of the global meter provider.
         store_name: the `idemtools.store.name` of store durations.
@@ -146,13 +148,11 @@ class Telemetry:
     def __init__(
         self,
         *,
-        on_outcome: OnOutcome | None = None,
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         store_name: str = "",
         digest: Callable[[object], str],
     ) -> None:
-        self.on_outcome = on_outcome
         self.digest = digest
         self._tools: set[str] = set()  # names seen to exist (executed or replayed)
         self._operations: dict[str, dict[str, str]] = {}
@@ -231,12 +231,10 @@ class Telemetry:
             self._due = time.monotonic() + _RECHECK
 
     def _refresh_listening(self) -> None:
-        self._listening = (
-            self.tracer is not None or self.calls is not None or self.on_outcome is not None
-        )
+        self._listening = self.tracer is not None or self.calls is not None
 
     def listening(self) -> bool:
-        """True when anything would see a call: the engine's fast path skips all else."""
+        """True when a span or a metric would see a call; else the call is not observed here."""
         if self._due is not None and time.monotonic() >= self._due:
             self._look()
             self._refresh_listening()
@@ -298,25 +296,12 @@ class Telemetry:
 class Observation:
     """One keyed call being observed: its span (current while it runs) and its ending."""
 
-    __slots__ = (
-        "_token",
-        "executing",
-        "key",
-        "label",
-        "policy",
-        "span",
-        "start",
-        "telemetry",
-        "tool",
-    )
+    __slots__ = ("_token", "executing", "label", "span", "telemetry", "tool")
 
     def __init__(self, telemetry: Telemetry, tool: str, key: object, policy: Policy) -> None:
         self.telemetry = telemetry
         self.tool = tool
         self.label = telemetry.tool_label(tool, policy)  # what is exported: never client text
-        self.key = key
-        self.policy = policy
-        self.start = time.perf_counter()
         self.executing = False  # set when the tool starts: the execution then ends this
         self.span: Span | None = None
         self._token: Any = None
@@ -357,19 +342,8 @@ class Observation:
                 log.exception("could not end the idemtools span for tool=%s", self.label)
 
     async def end(self, outcome: Outcome) -> None:
-        """Classify the answer, end the span, count it, then call the hook."""
-        refusal = _refusal(outcome)
-        kind: OutcomeKind
-        if self.executing:
-            kind = "executed"
-        elif outcome.replayed:
-            kind = "replayed"
-        elif refusal == _CONFLICT:
-            kind = "conflict"
-        elif refusal == _IN_PROGRESS:
-            kind = "in_progress"
-        else:
-            kind = "refused"
+        """Classify the answer, end the span and count it."""
+        kind, refusal = outcome_kind(outcome, executed=self.executing)
         telemetry = self.telemetry
         renamed = False
         if self.label != self.tool and (
@@ -395,28 +369,25 @@ class Observation:
                 self.span.end()  # last: span processors run here
         except Exception:
             log.exception("could not record telemetry for tool=%s outcome=%s", self.label, kind)
-        hook = telemetry.on_outcome
-        if hook is None:
-            return
-        context = OutcomeContext(
-            key_digest=telemetry.digest(self.key),
-            refusal=refusal,
-            policy=self.policy,
-            outcome=outcome if refusal is None else None,
-            duration=time.perf_counter() - self.start,
-        )
-        try:
-            result = hook(self.tool, kind, context)
-            if inspect.isawaitable(result):
-                await result
-        except Exception:
-            log.exception(
-                "on_outcome hook failed for tool=%s outcome=%s key_digest=%s; the call's "
-                "answer is unchanged",
-                self.label,
-                kind,
-                context.key_digest,
-            )
+
+
+def outcome_kind(outcome: Outcome, *, executed: bool) -> tuple[OutcomeKind, str | None]:
+    """What a keyed call came to, and its refusal's `error.data.type` (None if none).
+
+    `executed`: the tool ran for this call (its answer may still be an error or a refusal,
+    e.g. a transaction that did not commit). Shared by every observer, so that a span and the
+    `on_outcome` hook never disagree about a call.
+    """
+    refusal = _refusal(outcome)
+    if executed:
+        return "executed", refusal
+    if outcome.replayed:
+        return "replayed", refusal
+    if refusal == _CONFLICT:
+        return "conflict", refusal
+    if refusal == _IN_PROGRESS:
+        return "in_progress", refusal
+    return "refused", refusal
 
 
 def _refusal(outcome: Outcome) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InstallError
@@ -54,8 +55,6 @@ def adapt(
     changed one, before anything is hooked); the adapter hooks the server and returns an
     `Adapted` value.
     """
-    from ._adapted import Adapted
-
     if SDK2 and _is_fastmcp(server):
         # The mcp2 middleware with FastMCP's tool lookup: composed here, so that neither
         # adapter imports the other.
@@ -78,13 +77,7 @@ def adapt(
             list_tools=tools.listing,
         )
         fastmcp.finish(target)
-        return Adapted(
-            adapted.kind,
-            adapted.list_tools,
-            adapted.lifespan_owner,
-            adapted.transport_owners,
-            watchers=(lambda sink: fastmcp.watch(server, sink),),
-        )
+        return replace(adapted, watchers=(lambda sink: fastmcp.watch(server, sink),))
     if SDK2:
         from . import sdk_mcp2
 
@@ -121,7 +114,6 @@ def _with_watch(
     that scopes that cannot work there are warned about at start-up (`scope_fit`)."""
     if server is lowlevel:  # a low-level Server: its transport is the caller's own code
         return adapted
-    from ._adapted import Adapted
     from ._serving import watch_entry_points
 
     def watch(sink: ServingSink) -> None:
@@ -133,13 +125,7 @@ def _with_watch(
             modern_era=modern_era,
         )
 
-    return Adapted(
-        adapted.kind,
-        adapted.list_tools,
-        adapted.lifespan_owner,
-        adapted.transport_owners,
-        watchers=(watch,),
-    )
+    return replace(adapted, watchers=(watch,))
 
 
 def lowlevel_of(server: Any) -> Any:

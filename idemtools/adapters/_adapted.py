@@ -60,3 +60,7 @@ class Adapted:
     """Objects whose runners and ASGI app factories end gracefully (`idemtools.shutdown`)."""
     watchers: tuple[Callable[[ServingSink], None], ...] = field(default=())
     """Run once the installation exists: note the transports the server's runners serve."""
+    by_name: bool = False
+    """True for a low-level server: it has no tool functions, so a tool's policy is found by
+    name in the registry. False: on the tool's function, else a name declared as such
+    (`Registry.declared`), else the default (`Engine.declared_policy`)."""

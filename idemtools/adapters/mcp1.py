@@ -199,6 +199,8 @@ def adapt(
             name = params.name
             tool = tool_manager.get_tool(name) if tool_manager is not None else None
             policy = policy_of(getattr(tool, "fn", None)) if tool is not None else None
+            if policy is None and tool_manager is not None:  # never a same-named function's
+                policy = engine.policy_for(name, by_name=False)
 
             async def run() -> Outcome:
                 try:
@@ -242,7 +244,8 @@ def adapt(
 
     def with_metadata(tool: Any) -> Any:
         found = tool_manager.get_tool(tool.name) if tool_manager is not None else None
-        policy = engine.policy_for(tool.name, policy_of(getattr(found, "fn", None)))
+        own = policy_of(getattr(found, "fn", None))
+        policy = engine.policy_for(tool.name, own, by_name=tool_manager is None)
         meta = {**(tool.meta or {}), TOOL_META_KEY: policy_tool_metadata(policy)}
         return tool.model_copy(update={"meta": meta})  # never edit the server's own Tool
 
@@ -291,7 +294,13 @@ def adapt(
         return [(t.name, None, t.inputSchema) for t in getattr(result, "root", result).tools]
 
     kind = "mcp1.fastmcp" if tool_manager is not None else "mcp1.lowlevel"
-    return Adapted(kind, list_tools, lifespan_owner=lowlevel, transport_owners=(server, lowlevel))
+    return Adapted(
+        kind,
+        list_tools,
+        lifespan_owner=lowlevel,
+        transport_owners=(server, lowlevel),
+        by_name=tool_manager is None,
+    )
 
 
 # -- client side -------------------------------------------------------------------------------

@@ -233,6 +233,8 @@ class IdempotencyMiddleware:
         ) = getattr(lookup, "decide", None)
         self.passes_unknown = lookup.passes_unknown if lookup is not None else False
         """When True, a keyed call for a tool `find` does not know bypasses the engine."""
+        self.by_name = tool_manager is None and lookup is None
+        """A low-level server: no tool function to find, so the registry answers by name."""
 
     async def with_metadata(self, ctx: Any, result: Any) -> Any:
         """Publish each listed tool's policy under `_meta[TOOL_META_KEY]` (opt-in)."""
@@ -244,7 +246,7 @@ class IdempotencyMiddleware:
             if isinstance(tool, dict) and isinstance(tool.get("name"), str):
                 name = tool["name"]
                 _, own = await self.find(ctx, name)
-                policy = self.engine.policy_for(name, own)
+                policy = self.engine.policy_for(name, own, by_name=self.by_name)
                 meta = tool.get("_meta")
                 tool = {
                     **tool,
@@ -365,6 +367,8 @@ class IdempotencyMiddleware:
         except SDKContactError as exc:  # a live-session internal is gone: fail closed
             log.error("%s", exc)
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
+        if policy is None and not self.by_name:  # never a same-named function's, elsewhere
+            policy = self.engine.policy_for(name, by_name=False)
         call = ToolCall(name=name, arguments=arguments, key=key, context=context, policy=policy)
         decide = self.decide
         if decide is not None:
@@ -507,6 +511,7 @@ def adapt(
         list_tools or sdk_list_tools,
         lifespan_owner=lowlevel,
         transport_owners=(server, lowlevel),
+        by_name=middleware.by_name,
     )
 
 

@@ -13,7 +13,7 @@ One concept per module:
 - `execution`: the one run of a claimed call and its record (plain or transactional);
 - `store_calls`: the store, wrapped once (timing and error translation);
 - `runtime`: asyncio and trio, the eager start, the private asyncio touch point;
-- `observers`: telemetry, `on_outcome` and the lease keeper's events;
+- `observers`: what the engine notifies (telemetry, the `on_outcome` hook, lease events);
 - `lifecycle`: in-flight executions, `drain()`, `aclose()`.
 """
 

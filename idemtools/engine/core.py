@@ -35,7 +35,7 @@ from ..outcome import Outcome
 from ..policy import DEFAULT_POLICY, Policy, Registry, authorize_call, default_registry
 from ..scopes import AuthorizeFn
 from ..stores.base import Claim, Record, Store
-from ..telemetry import Observation, OnOutcome, Telemetry
+from ..telemetry import OnOutcome, Telemetry
 from .decision import (
     ToolCall,
     answer_existing,
@@ -48,7 +48,7 @@ from .decision import (
 )
 from .execution import Execution, Recording, TransactionalRecording
 from .lifecycle import Lifecycle
-from .observers import LeaseEvents, observed
+from .observers import LeaseEvents, Watch, listening_of, observed, observers_of
 from .runtime import on_asyncio, protect, shielded, spawn
 from .store_calls import StoreCalls, original, store_kind
 
@@ -133,12 +133,14 @@ class Engine(Lifecycle):
         self.release_retry_delay = 1.0
         self.record_retry_for = 5.0
         self.telemetry = Telemetry(
-            on_outcome=on_outcome,
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
             store_name=store_kind(store)[0],
             digest=digest,
         )
+        # Who hears of each keyed call: telemetry, and the hook's observer only if one is given.
+        self._observers = observers_of(self.telemetry, on_outcome)
+        self._listening = listening_of(self._observers)
         self._calls = StoreCalls(store, self.telemetry, self.stats)
         events = LeaseEvents(self.stats, self.telemetry)
         self.keeper = LeaseKeeper(
@@ -160,9 +162,26 @@ class Engine(Lifecycle):
 
     # -- decisions ---------------------------------------------------------------------------
 
-    def policy_for(self, name: str, own: Policy | None = None) -> Policy:
-        """The policy for a tool: its own, else the registry's, else the server default."""
-        return own or self.registry.get(name) or self.default_policy
+    def policy_for(self, name: str, own: Policy | None = None, *, by_name: bool = True) -> Policy:
+        """The policy for a tool: `declared_policy`, else the server default."""
+        if own is None:  # `declared_policy` inline: high-level adapters ask this per keyed call
+            own = self.registry.get(name) if by_name else self.registry.declared(name)
+        return own or self.default_policy
+
+    def declared_policy(
+        self, name: str, own: Policy | None = None, *, by_name: bool = True
+    ) -> Policy | None:
+        """A tool's declared policy, or None when the server default applies.
+
+        `own` is the `@idempotent` policy the adapter found on the tool's function. Without one,
+        a server that can only name its tools (`by_name`: the low-level ones) asks the registry
+        by name. A server that holds its tools' functions (`by_name=False`) takes only a name
+        declared as such (`Registry.declared`): a bare `@idempotent` function elsewhere in the
+        process that merely shares the tool's name lends it nothing.
+        """
+        if own is not None:
+            return own
+        return self.registry.get(name) if by_name else self.registry.declared(name)
 
     def refusal(self, error: RefusedError) -> Outcome:
         """The JSON-RPC error outcome for a refusal; `data.type` tells clients which one."""
@@ -174,16 +193,16 @@ class Engine(Lifecycle):
     def handle(self, call: ToolCall, run: Run) -> Awaitable[Outcome]:
         """Run `run()` at most once per (scope, key); otherwise replay or refuse."""
         # Not a coroutine itself: when nothing observes calls, no extra frame per call.
-        if self.telemetry.listening():
+        if self._listening():
             return observed(
-                self.telemetry,
+                self._observers,
                 call,
                 self.policy_for(call.name, call.policy),
                 functools.partial(self._handle, call, run),
             )
         return self._handle(call, run, None)
 
-    async def _handle(self, call: ToolCall, run: Run, obs: Observation | None) -> Outcome:
+    async def _handle(self, call: ToolCall, run: Run, obs: Watch | None) -> Outcome:
         try:
             if self._closing:
                 raise StoreUnavailableError(_SHUTTING_DOWN, key=call.key)

@@ -58,8 +58,10 @@ REPLAY_META_KEY = "io.github.idemtools/replayed"
 class ToolCall:
     """One keyed `tools/call`, as the adapter saw it in dispatch.
 
-    `key` is whatever the client sent (validated here). `policy` is the tool's own policy when
-    the adapter found one on the tool function; otherwise the registry and default apply.
+    `key` is whatever the client sent (validated here). `policy` is what the adapter found
+    for a server that holds its tools' functions (`Engine.policy_for(..., by_name=False)`:
+    the function's own, a declared name's, or the default). None: a low-level server, which
+    can only name the tool, so the registry answers by name, else the default applies.
     """
 
     name: str

@@ -32,8 +32,8 @@ from .runtime import cancels_the_execution
 from .store_calls import StoreCalls, original
 
 if TYPE_CHECKING:
-    from ..telemetry import Observation
     from . import Engine
+    from .observers import Watch
 
 __all__ = ["Execution", "Recording", "TransactionalRecording", "run_tool"]
 
@@ -54,7 +54,7 @@ class Execution:
     tool: str
     started: float  # time.time() when the call was decided: how long it has run
     held: Lease | None = None  # the lease keeper's hold on the claim
-    obs: Observation | None = None  # telemetry and on_outcome, when anything listens
+    obs: Watch | None = None  # the observers' watch, when any listens
     reraise: BaseException | None = None  # an interrupt the tool raised, raised once recorded
 
 

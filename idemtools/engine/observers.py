@@ -1,42 +1,195 @@
-"""What the engine tells its observers: telemetry (spans, metrics) and the `on_outcome` hook,
-per call, and the lease keeper's events, per lease.
+"""What the engine tells its observers: per keyed call, each of a list of observers
+(`Observer`: telemetry's spans and metrics, the application's `on_outcome` hook); per lease,
+the lease keeper's events (`LeaseEvents`).
 
-The engine notifies; it never formats a span or calls a hook itself. When nothing listens
-(no tracer, no meter, no hook: `Telemetry.listening()`), a call carries no observation at all
-and none of this runs.
+The engine notifies; it never formats a span or calls a hook itself, and the observers do not
+know of each other. The list holds only what was asked for (`observers_of`: no hook, no hook
+observer), and a call that no observer listens to (no tracer, no meter, no hook) carries no
+observation at all: none of this runs for it.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from ..lease_keeper import Lease
 from ..outcome import Outcome
 from ..policy import Policy
-from ..telemetry import Observation, Telemetry
-from .decision import ToolCall, key_digest
+from ..telemetry import OnOutcome, OutcomeContext, Telemetry, outcome_kind
+from .decision import ToolCall, digest, key_digest
 
 if TYPE_CHECKING:
     from . import EngineStats
 
-__all__ = ["LeaseEvents", "observed"]
+__all__ = [
+    "LeaseEvents",
+    "Observer",
+    "OutcomeHook",
+    "Watch",
+    "listening_of",
+    "observed",
+    "observers_of",
+]
 
 log = logging.getLogger("idemtools")
 
 
+class Watch(Protocol):
+    """One keyed call as one observer follows it, from `Observer.begin` to its end."""
+
+    executing: bool
+    """Set by the engine when the tool starts: from then the execution, not its caller, ends
+    the watch (it goes on when its caller is cancelled)."""
+
+    def detach(self) -> None:
+        """Leave the task that began the watch (telemetry: make the span's parent current)."""
+
+    def abandon(self, exc: BaseException) -> None:
+        """The call ended without an answer (cancelled before its tool ran)."""
+
+    async def end(self, outcome: Outcome) -> None:
+        """The call's answer is known; never raises (an observer must not change it)."""
+
+
+class Observer(Protocol):
+    """What the engine notifies of every keyed call it is listening for."""
+
+    def listening(self) -> bool:
+        """Whether a call beginning now would be seen (asked once per call: keep it cheap)."""
+
+    def begin(self, tool: str, key: object, policy: Policy) -> Watch: ...
+
+
+class OutcomeHook:
+    """The application's `on_outcome` hook as an observer: told what every keyed call came to.
+
+    It always listens, so it is in the engine's list only when a hook is given.
+    """
+
+    __slots__ = ("hook",)
+
+    def __init__(self, hook: OnOutcome) -> None:
+        self.hook = hook
+
+    def listening(self) -> bool:
+        return True
+
+    def begin(self, tool: str, key: object, policy: Policy) -> _Told:
+        return _Told(self.hook, tool, key, policy)
+
+
+class _Told:
+    """One call the hook will be told of once its answer is known (never if it has none)."""
+
+    __slots__ = ("executing", "hook", "key", "policy", "start", "tool")
+
+    def __init__(self, hook: OnOutcome, tool: str, key: object, policy: Policy) -> None:
+        self.hook = hook
+        self.tool = tool
+        self.key = key
+        self.policy = policy
+        self.start = time.perf_counter()
+        self.executing = False
+
+    def detach(self) -> None:
+        pass
+
+    def abandon(self, exc: BaseException) -> None:
+        pass  # no answer, nothing to tell: the hook hears of answers only
+
+    async def end(self, outcome: Outcome) -> None:
+        kind, refusal = outcome_kind(outcome, executed=self.executing)
+        context = OutcomeContext(
+            key_digest=digest(self.key),
+            refusal=refusal,
+            policy=self.policy,
+            outcome=outcome if refusal is None else None,
+            duration=time.perf_counter() - self.start,
+        )
+        try:
+            result = self.hook(self.tool, kind, context)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception(
+                "on_outcome hook failed for tool=%r outcome=%s key_digest=%s; the call's "
+                "answer is unchanged",
+                self.tool,
+                kind,
+                context.key_digest,
+            )
+
+
+class _Watches:
+    """Several watches of one call, told in the order of the engine's list."""
+
+    __slots__ = ("watches",)
+
+    def __init__(self, watches: Sequence[Watch]) -> None:
+        self.watches = watches
+
+    @property
+    def executing(self) -> bool:
+        return self.watches[0].executing
+
+    @executing.setter
+    def executing(self, value: bool) -> None:
+        for watch in self.watches:
+            watch.executing = value
+
+    def detach(self) -> None:
+        for watch in self.watches:
+            watch.detach()
+
+    def abandon(self, exc: BaseException) -> None:
+        for watch in self.watches:
+            watch.abandon(exc)
+
+    async def end(self, outcome: Outcome) -> None:
+        for watch in self.watches:
+            await watch.end(outcome)
+
+
+def observers_of(telemetry: Telemetry, on_outcome: OnOutcome | None) -> tuple[Observer, ...]:
+    """An engine's observers: telemetry, then the hook when there is one (its span is ended
+    and counted before the hook runs). No hook, no hook observer: a call pays for none."""
+    if on_outcome is None:
+        return (telemetry,)
+    return (telemetry, OutcomeHook(on_outcome))
+
+
+def listening_of(observers: Sequence[Observer]) -> Callable[[], bool]:
+    """The engine's per-call question "does anything listen?", as cheap as the list allows:
+    one observer's own `listening` (no extra frame), else any of them."""
+    if len(observers) == 1:
+        return observers[0].listening
+
+    def listening() -> bool:
+        return any(observer.listening() for observer in observers)
+
+    return listening
+
+
 async def observed(
-    telemetry: Telemetry,
+    observers: Sequence[Observer],
     call: ToolCall,
     policy: Policy,
-    handle: Callable[[Observation], Awaitable[Outcome]],
+    handle: Callable[[Watch], Awaitable[Outcome]],
 ) -> Outcome:
-    """`handle(observation)`, the observation begun in the task that awaits this (its span is
-    current there) and ended on every way out: here for a call that never ran (a replay, a
-    refusal, a cancellation before the tool), by the execution for one that ran (it goes on,
-    and ends it, when its caller is cancelled)."""
-    obs = telemetry.begin(call.name, call.key, policy)
+    """`handle(watch)`, the call watched by every observer that listens, each watch begun in
+    the task that awaits this (a span is current there) and ended on every way out: here for
+    a call that never ran (a replay, a refusal, a cancellation before the tool), by the
+    execution for one that ran (it goes on, and ends it, when its caller is cancelled)."""
+    obs: Watch
+    if len(observers) == 1:  # it listens: the engine asked
+        obs = observers[0].begin(call.name, call.key, policy)
+    else:
+        watches = [o.begin(call.name, call.key, policy) for o in observers if o.listening()]
+        obs = watches[0] if len(watches) == 1 else _Watches(watches)
     try:
         outcome = await handle(obs)
     except BaseException as exc:
