@@ -38,8 +38,9 @@ from ..engine.runtime import start_eagerly
 from ..policy import Registry
 from ..scopes import CallContext
 from ..stores import from_url
+from .batch import INVALID_REQUEST, Batch, Kind, cancel_target, kind, needs_split
 from .config import ProxyConfig
-from .faults import UpstreamLost
+from .faults import UpstreamLost, unavailable_error
 from .keyed import KeyedCalls, ToolCatalog, advertise, is_keyed
 
 __all__ = ["MAX_LINE", "StdioUpstream", "serve_stdio"]
@@ -280,6 +281,8 @@ class StdioProxy:
         self.catalog = ToolCatalog()
         self.keyed = KeyedCalls(self.engine, config, self.catalog)
         self.advertising: set[tuple[str, Any]] = set()
+        self.batch_waiting: dict[tuple[str, Any], list[tuple[Batch, int, bool]]] = {}
+        """Ids of requests forwarded from a split batch: their answers go into its response."""
         self.in_flight: dict[tuple[str, Any], asyncio.Task[None]] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
@@ -428,7 +431,11 @@ class StdioProxy:
             self._to_upstream(line)
             return
         message = _loads(line) if line.strip() else None
-        if isinstance(message, dict):
+        if isinstance(message, list) and message:
+            if needs_split(message, lambda target: _id_key(target) in self.in_flight):
+                self._split(message)
+                return
+        elif isinstance(message, dict):
             method = message.get("method")
             if is_keyed(message):
                 self._start_keyed(message)
@@ -445,8 +452,37 @@ class StdioProxy:
                     return
         self._to_upstream(line)
 
-    def _start_keyed(self, message: dict[str, Any]) -> None:
+    def _split(self, entries: list[Any]) -> None:
+        """A batch holding a keyed call: keyed entries through the engine, the rest forwarded
+        one by one (ids preserved), one batch response for all of them (see `batch`)."""
+        batch = Batch(lambda array: self.write_client(array + b"\n"))
+        for entry in entries:
+            what = kind(entry)
+            if what is Kind.KEYED:
+                index = batch.slot()
+                self._start_keyed(entry, lambda data, i=index: batch.fill(i, data[:-1]))
+            elif what is Kind.INVALID:
+                batch.fill(batch.slot(), INVALID_REQUEST)
+            elif what is Kind.REQUEST and (rid := _id_key(entry["id"])) is not None:
+                index = batch.slot()
+                try:
+                    self.upstream.write(dumps(entry))
+                except UpstreamLost as exc:  # never sent: nothing ran
+                    error = unavailable_error(exc.reason)
+                    batch.fill(index, dumps({"jsonrpc": "2.0", "id": rid[1], "error": error})[:-1])
+                    continue
+                waiting = self.batch_waiting.setdefault(rid, [])
+                waiting.append((batch, index, entry.get("method") in _ADVERTISED))
+            else:
+                target = cancel_target(entry)
+                if target is not None and _id_key(target) in self.in_flight:
+                    continue  # as on its own: the keyed execution goes on and is recorded
+                self._to_upstream(dumps(entry))
+        batch.seal()
+
+    def _start_keyed(self, message: dict[str, Any], deliver: Any = None) -> None:
         rid = _id_key(message.get("id"))
+        deliver = deliver or self.write_client
         context = CallContext(
             transport="stdio",
             tool=message["params"].get("name"),
@@ -466,7 +502,7 @@ class StdioProxy:
             finally:
                 if rid is not None:
                     self.in_flight.pop(rid, None)
-            self.write_client(dumps(reply))
+            deliver(dumps(reply))
             return True
 
         # Eagerly, as the engine starts executions: a replay from a store that answers without
@@ -495,7 +531,11 @@ class StdioProxy:
             self.stop("the host closed the proxy's stdout")
 
     def _upstream_looks(self, data: bytes) -> bool:
-        return bool(self.advertising) or any(marker in data for marker in _UPSTREAM_MARKERS)
+        return (
+            bool(self.advertising)
+            or bool(self.batch_waiting)
+            or any(marker in data for marker in _UPSTREAM_MARKERS)
+        )
 
     def from_upstream(self, data: bytes) -> None:
         if not self.upstream_lines.feed(data):
@@ -505,6 +545,11 @@ class StdioProxy:
     def upstream_closed(self) -> None:
         self.upstream_lines.rest()
         self.upstream.lose("the upstream server exited or closed its stdout")
+        waiting, self.batch_waiting = self.batch_waiting, {}
+        for rid, slots in waiting.items():  # unkeyed entries of split batches: never answered
+            for batch, index, _ in slots:
+                error = unavailable_error("the upstream exited before answering")
+                batch.fill(index, dumps({"jsonrpc": "2.0", "id": rid[1], "error": error})[:-1])
         self.stop("the upstream exited")
 
     def _upstream_message(self, line: bytes) -> None:
@@ -515,6 +560,8 @@ class StdioProxy:
         if isinstance(message, dict):
             if self.upstream.answered(message):
                 return
+            if "method" not in message and self.batch_waiting and self._batch_answer(message, line):
+                return
             if message.get("method") == "notifications/tools/list_changed":
                 self.catalog.changed()
             elif "method" not in message and self.advertising:
@@ -524,6 +571,20 @@ class StdioProxy:
                     if advertise(message):
                         line = dumps(message)
         self.write_client(line)
+
+    def _batch_answer(self, message: dict[str, Any], line: bytes) -> bool:
+        """Put the answer to an entry forwarded from a split batch into that batch's response."""
+        rid = _id_key(message.get("id"))
+        waiting = self.batch_waiting.get(rid) if rid is not None else None
+        if not waiting or rid is None:
+            return False
+        batch, index, advertised = waiting.pop(0)
+        if not waiting:
+            del self.batch_waiting[rid]
+        if advertised and advertise(message):
+            line = dumps(message)
+        batch.fill(index, line.rstrip(b"\r\n"))
+        return True
 
     # -- shutdown ------------------------------------------------------------------------
 
