@@ -185,3 +185,37 @@ def test_a_retried_http_batch_never_runs_its_keyed_call_twice(tmp_path: Path) ->
     assert not [m for m in forwarded if "batch" in m]
     assert all("idempotencyKey" not in (m.get("params") or {}) for m in forwarded)
     assert sum(m.get("method") == "notifications/roots/list_changed" for m in forwarded) == 2
+
+
+def test_a_batch_without_a_keyed_call_is_relayed_as_it_came(tmp_path: Path) -> None:
+    log, up, port = tmp_path / "log", free_port(), free_port()
+    entries = [tool(1, "record", label="p1"), {"jsonrpc": "2.0", "id": 2, "method": "ping"}]
+    with start(tmp_path) as s:
+        s.initialize()
+        s.send(json.dumps(entries).encode() + b"\n")
+        # The raw upstream answers a batch's entries one by one: relayed, not assembled.
+        assert sorted(json.dumps(s.recv()["id"]) for _ in range(2)) == ["1", "2"]
+        s.close()
+    with (
+        process(raw_upstream(log, up), up),
+        process(proxy(f"http://127.0.0.1:{up}/mcp", port, "--scope", "token-hash"), port),
+    ):
+        answer = post_batch(f"http://127.0.0.1:{port}/mcp", entries)
+        assert [m["id"] for m in answer.json()] == [1, 2]
+    # One log for both upstreams: the stdio one's batch, then the HTTP one's.
+    assert [m for m in received(log) if "batch" in m] == [{"batch": 2}, {"batch": 2}]
+
+
+def test_an_http_batch_the_upstream_never_got_is_not_recorded(tmp_path: Path) -> None:
+    log, up, port = tmp_path / "log", free_port(), free_port()
+    entries = [tool(1, "record", "k-down", label="down"), tool(2, "record", label="du")]
+    with process(proxy(f"http://127.0.0.1:{up}/mcp", port, "--scope", "token-hash"), port):
+        url = f"http://127.0.0.1:{port}/mcp"
+        down = post_batch(url, entries).json()  # no upstream listening: nothing was sent
+        assert [m["id"] for m in down] == [1, 2]
+        assert [m["error"]["data"]["type"] for m in down] == ["upstream_unavailable"] * 2
+        with process(raw_upstream(log, up), up):  # back: the keyed call runs now, once
+            first = post_batch(url, entries).json()
+            assert text(first[0])["executions"] == 1
+            assert post_batch(url, entries).json()[0]["result"] == first[0]["result"]
+    assert executions(log, "down") == 1 and executions(log, "du") == 2
