@@ -1,6 +1,7 @@
 """`idemtools proxy` against a trivial TypeScript tool: direct vs through the proxy, side by side.
 
     python benchmarks/bench_proxy.py [--calls N] [--store URL] [--before TREE] [--stdio-only]
+    valgrind --tool=callgrind python benchmarks/bench_proxy.py --replay-loop N
 
 Rows, each as p50 / p99 latency of sequential calls (one client, one in flight), stdio and
 HTTP: unkeyed calls direct and through the proxy; keyed first executions (a new key each call)
@@ -11,6 +12,10 @@ first). Clients speak raw JSON-RPC (no SDK), so the figures are the servers' and
 `--before TREE`: also run the proxy from another source tree (a directory holding an `idemtools`
 package, e.g. `git archive REV idemtools | tar -x -C TREE`), in the same run, rows interleaved
 with this tree's, so that a change to the relay is measured before and after side by side.
+
+`--replay-loop N`: N replays through the stdio relay's own code in this process (no pipes, no
+node), for an instruction count: run it under callgrind at N and at 0, and divide the
+difference by N.
 """
 
 from __future__ import annotations
@@ -238,7 +243,58 @@ def interleaved(
     return out
 
 
+REPLAY_LINE = (
+    b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"record",'
+    b'"arguments":{"label":"a"},"idempotencyKey":"k1"}}\n'
+)
+
+
+def replay_loop(n: int) -> None:
+    """`n` replays through the stdio relay's own path, in this process, one loop turn each: the
+    proxy's CPU for a replay without pipes or scheduling, for callgrind (instructions are
+    stable on a loaded machine). Per replay = (instructions at N - at 0) / N."""
+    import asyncio
+
+    from idemtools.proxy.config import parse
+    from idemtools.proxy.stdio import StdioProxy
+
+    class Host:
+        def __init__(self) -> None:
+            self.lines: list[bytes] = []
+
+        def write(self, data: bytes) -> None:
+            self.lines.append(data)
+
+        def is_closing(self) -> bool:
+            return False
+
+    class Upstream:
+        async def request(self, method: str, params: Any, *, timeout: Any) -> dict[str, Any]:
+            text = json.dumps({"label": "a", "executions": 1})
+            result = {"content": [{"type": "text", "text": text}], "isError": False}
+            return {"jsonrpc": "2.0", "id": "x", "result": result}
+
+    async def run() -> None:
+        relay = StdioProxy(["true"], parse({}))
+        relay.loop = asyncio.get_running_loop()
+        host = relay.writer = Host()
+        relay.upstream = Upstream()  # type: ignore[assignment]
+        relay.from_client(REPLAY_LINE % 1)  # the first execution
+        await asyncio.sleep(0.01)
+        lines = [REPLAY_LINE % (i + 2) for i in range(n)]
+        for line in lines:
+            relay.from_client(line)
+            await asyncio.sleep(0)
+        assert len(host.lines) == n + 1 and b'"id":1,' in host.lines[0], host.lines[:2]
+        await relay.engine.aclose()
+
+    asyncio.run(run())
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--replay-loop"]:
+        replay_loop(int(sys.argv[2]))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--store", default="memory://")

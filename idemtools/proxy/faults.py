@@ -9,6 +9,8 @@ client decides, with a new key, whether to try again.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..outcome import Outcome
 
 __all__ = [
@@ -18,6 +20,7 @@ __all__ = [
     "UpstreamLost",
     "not_sent",
     "outcome_unknown",
+    "unavailable_error",
 ]
 
 OUTCOME_UNKNOWN = "idempotency_outcome_unknown"
@@ -27,6 +30,7 @@ spec asks of application codes. Clients read `error.data.type`, not the code."""
 
 UPSTREAM_UNAVAILABLE = -32603
 """JSON-RPC "Internal error": the upstream was gone before the call was sent (nothing ran)."""
+UPSTREAM_UNAVAILABLE_TYPE = "upstream_unavailable"
 
 
 class UpstreamLost(Exception):
@@ -52,7 +56,13 @@ def outcome_unknown(key: str, reason: str) -> Outcome:
 def not_sent(reason: str) -> Outcome:
     """The answer to a keyed call that never reached the upstream: not recorded (`final` is
     False), so a retry once the upstream is back runs it."""
-    return Outcome(
-        error={"code": UPSTREAM_UNAVAILABLE, "message": f"upstream unavailable ({reason})"},
-        final=False,
-    )
+    return Outcome(error=unavailable_error(reason), final=False)
+
+
+def unavailable_error(reason: str) -> dict[str, Any]:
+    """The JSON-RPC error for a request the upstream could not take or answer (unrecorded)."""
+    return {
+        "code": UPSTREAM_UNAVAILABLE,
+        "message": f"upstream unavailable ({reason})",
+        "data": {"type": UPSTREAM_UNAVAILABLE_TYPE},
+    }

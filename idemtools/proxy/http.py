@@ -35,9 +35,10 @@ from ..engine import Engine
 from ..policy import Registry
 from ..stores import from_url
 from .auth import JwtVerifier, http_context
+from .batch import INVALID_REQUEST, Kind, cancel_target, kind, needs_split
 from .config import ProxyConfig
 from .confirm import CredentialConfirmer, confirming
-from .faults import UpstreamLost
+from .faults import UpstreamLost, unavailable_error
 from .keyed import KeyedCalls, ToolCatalog, advertise, is_keyed
 
 __all__ = ["HttpProxy", "serve_http"]
@@ -128,12 +129,19 @@ class _CallUpstream:
     """`Upstream` for one keyed HTTP request: the client's headers, the client's id, and a
     queue for the events the upstream sends before its answer."""
 
-    def __init__(self, proxy: HttpProxy, url: str, headers: list[tuple[str, str]], rid: Any):
+    def __init__(
+        self,
+        proxy: HttpProxy,
+        url: str,
+        headers: list[tuple[str, str]],
+        rid: Any,
+        events: asyncio.Queue[bytes] | None = None,
+    ):
         self.proxy = proxy
         self.url = url
         self.headers = headers
         self.rid = rid
-        self.events: asyncio.Queue[bytes] = asyncio.Queue()
+        self.events: asyncio.Queue[bytes] = asyncio.Queue() if events is None else events
         self.refused: _Refused | None = None
 
     async def request(
@@ -280,6 +288,13 @@ class HttpProxy:
                 self.in_flight[flight] -= 1
                 if not self.in_flight[flight]:
                     del self.in_flight[flight]
+            return
+        if (
+            isinstance(message_in, list)
+            and message_in
+            and needs_split(message_in, lambda target: _flight(headers, target) in self.in_flight)
+        ):
+            await self._batch(message_in, url, headers, send)
             return
         if isinstance(message_in, dict) and message_in.get("method") == "notifications/cancelled":
             params = message_in.get("params")
@@ -436,6 +451,131 @@ class HttpProxy:
                 await send({"type": "http.response.body", "body": _sse(task.result())})
                 return
 
+    async def _batch(
+        self, entries: list[Any], url: str, headers: list[tuple[str, str]], send: Send
+    ) -> None:
+        """A batch holding a keyed call (see `batch`): keyed entries through the engine, every
+        other entry POSTed upstream on its own (the client's id and headers), and one answer:
+        a JSON array of every response in the batch's order, or, when the upstream sent
+        events (progress, sampling requests) first, an SSE stream of them ending in that array.
+        """
+        events: asyncio.Queue[bytes] = asyncio.Queue()
+        slots: list[asyncio.Future[Any]] = []  # each: (response, the HTTP refusal if any)
+        others: list[asyncio.Future[Any]] = []  # forwarded notifications
+        loop = asyncio.get_running_loop()
+        for entry in entries:
+            what = kind(entry)
+            if what is Kind.KEYED:
+                slots.append(asyncio.ensure_future(self._batch_keyed(entry, url, headers, events)))
+            elif what is Kind.REQUEST:
+                upstream = _CallUpstream(self, url, headers, entry["id"], events)
+                slots.append(asyncio.ensure_future(_forward(upstream, entry)))
+            elif what is Kind.INVALID:
+                done: asyncio.Future[Any] = loop.create_future()
+                done.set_result((orjson.loads(INVALID_REQUEST), None))
+                slots.append(done)
+            else:
+                target = cancel_target(entry)
+                if target is not None and _flight(headers, target) in self.in_flight:
+                    continue  # as on its own: the keyed execution goes on and is recorded
+                others.append(asyncio.ensure_future(self._notify(url, headers, entry)))
+        everything = {*slots, *others}
+        first = asyncio.ensure_future(events.get())
+        while not first.done() and not all(job.done() for job in everything):
+            await asyncio.wait({*everything, first}, return_when=asyncio.FIRST_COMPLETED)
+        if not first.done():
+            first.cancel()
+            answers = [job.result() for job in slots]
+            refusals = [refused for _, refused in answers]
+            if refusals and all(r is not None for r in refusals):  # nothing reached a tool
+                refused = refusals[0]
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": refused.status,
+                        "headers": refused.headers,
+                    }
+                )
+                await send({"type": "http.response.body", "body": refused.body})
+                return
+            if not slots:  # only notifications: no response, as JSON-RPC says
+                await _plain(send, 202, b"")
+                return
+            data = _dumps([reply for reply, _ in answers])
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(data)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": data})
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                ],
+            }
+        )
+        with contextlib.suppress(OSError, RuntimeError):
+            await send({"type": "http.response.body", "body": first.result(), "more_body": True})
+            while True:
+                nxt = asyncio.ensure_future(events.get())
+                await asyncio.wait({*everything, nxt}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt.done():
+                    await send(
+                        {"type": "http.response.body", "body": nxt.result(), "more_body": True}
+                    )
+                    continue
+                if not all(job.done() for job in everything):
+                    nxt.cancel()
+                    continue
+                nxt.cancel()
+                while not events.empty():
+                    event = events.get_nowait()
+                    await send({"type": "http.response.body", "body": event, "more_body": True})
+                array = [job.result()[0] for job in slots]
+                await send({"type": "http.response.body", "body": _sse(array)})
+                return
+
+    async def _batch_keyed(
+        self,
+        entry: dict[str, Any],
+        url: str,
+        headers: list[tuple[str, str]],
+        events: asyncio.Queue[bytes],
+    ) -> tuple[dict[str, Any], _Refused | None]:
+        flight = _flight(headers, entry.get("id"))
+        self.in_flight[flight] = self.in_flight.get(flight, 0) + 1
+        try:
+            lowered = {name.lower(): value for name, value in headers}
+            params = entry["params"]
+            context = await http_context(
+                lowered, self.verifier, params.get("name"), params.get("arguments")
+            )
+            upstream = _CallUpstream(self, url, headers, entry["id"], events)
+            reply = await self._answer(entry, context, upstream)
+            return reply, upstream.refused
+        finally:
+            self.in_flight[flight] -= 1
+            if not self.in_flight[flight]:
+                del self.in_flight[flight]
+
+    async def _notify(self, url: str, headers: list[tuple[str, str]], entry: Any) -> None:
+        """Forward a notification (or a response to a server request) from a split batch."""
+        try:
+            response = await self.client.post(url, headers=headers, content=_dumps(entry))
+            await response.aclose()
+        except httpx.HTTPError as exc:
+            log.warning("a notification of a batch was not delivered: %s", type(exc).__name__)
+
     async def _answer(
         self, message: dict[str, Any], context: Any, upstream: _CallUpstream
     ) -> dict[str, Any]:
@@ -461,6 +601,27 @@ class HttpProxy:
                 "id": message.get("id"),
                 "error": {"code": -32603, "message": "idemtools proxy internal error"},
             }
+
+
+async def _forward(
+    upstream: _CallUpstream, entry: dict[str, Any]
+) -> tuple[dict[str, Any], _Refused | None]:
+    """An unkeyed request of a split batch, POSTed on its own; its response (never raises)."""
+    rid = entry["id"]
+    try:
+        reply = await upstream._exchange(_dumps(entry), rid, relay=True)
+    except _Refused as exc:  # HTTP 4xx without JSON-RPC: nothing ran
+        error = {
+            "code": -32603,
+            "message": f"the upstream refused this request: HTTP {exc.status}",
+            "data": {"type": "upstream_refused", "status": exc.status},
+        }
+        return {"jsonrpc": "2.0", "id": rid, "error": error}, exc
+    except UpstreamLost as exc:
+        return {"jsonrpc": "2.0", "id": rid, "error": unavailable_error(exc.reason)}, None
+    if entry.get("method") in _ADVERTISED:
+        advertise(reply)
+    return reply, None
 
 
 async def _until_disconnect(stream: Awaitable[None], receive: Receive) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from ..engine import Engine, ToolCall
 from ..outcome import Outcome
+from ..policy import Policy
 from ..scopes import CallContext
 from .config import ProxyConfig
 from .faults import UpstreamLost, not_sent, outcome_unknown
@@ -130,6 +131,8 @@ class KeyedCalls:
         self.engine = engine
         self.config = config
         self.catalog = catalog
+        self._policies: dict[str, Policy] = {}
+        """Each tool's policy, once looked up (the config is frozen)."""
         self.server_info: Any = None
         """The upstream's 2026-07-28 `serverInfo` stamp, from its last answer that had one."""
 
@@ -144,13 +147,15 @@ class KeyedCalls:
         if not isinstance(name, str) or not (isinstance(arguments, dict) or arguments is None):
             # Malformed params: the upstream refuses them as it always does; nothing to record.
             return _with_id(await upstream.request("tools/call", params, timeout=None), rid)
-        policy = self.config.policy_for(name)
+        policy = self._policies.get(name)
+        if policy is None:
+            policy = self._policies[name] = self.config.policy_for(name)
         key = params[KEY]
-        forwarded = (
-            params if self.config.forward_key else {k: v for k, v in params.items() if k != KEY}
-        )
 
         async def run() -> Outcome:
+            forwarded = (
+                params if self.config.forward_key else {k: v for k, v in params.items() if k != KEY}
+            )
             try:
                 reply = await upstream.request("tools/call", forwarded, timeout=policy.max_runtime)
             except UpstreamLost as exc:

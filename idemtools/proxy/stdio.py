@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -38,8 +39,9 @@ from ..engine.runtime import start_eagerly
 from ..policy import Registry
 from ..scopes import CallContext
 from ..stores import from_url
+from .batch import INVALID_REQUEST, Batch, Kind, cancel_target, kind, needs_split
 from .config import ProxyConfig
-from .faults import UpstreamLost
+from .faults import UpstreamLost, unavailable_error
 from .keyed import KeyedCalls, ToolCatalog, advertise, is_keyed
 
 __all__ = ["MAX_LINE", "StdioUpstream", "serve_stdio"]
@@ -50,8 +52,7 @@ MAX_LINE = 64 << 20
 """The longest message (one line) relayed in either direction."""
 ID_PREFIX = "idemtools-proxy:"
 _ADVERTISED = frozenset({"initialize", "server/discover"})
-_CLIENT_MARKERS = (b"idempotencyKey", b"initialize", b"server/discover", b"cancelled", b"\\u")
-_UPSTREAM_MARKERS = (ID_PREFIX.encode(), b"list_changed", b"\\u")
+_PREFIX_BYTES = ID_PREFIX.encode()
 
 
 def dumps(message: Any) -> bytes:
@@ -72,6 +73,13 @@ def _loads(line: bytes) -> Any:
             return None
 
 
+def _internal_error(message: dict[str, Any], exc: BaseException | None = None) -> bytes:
+    """Never a silent drop: the host gets an error for a keyed call the proxy failed on."""
+    log.error("keyed call failed inside the proxy", exc_info=exc or True)
+    error = {"code": -32603, "message": "idemtools proxy internal error"}
+    return dumps({"jsonrpc": "2.0", "id": message.get("id"), "error": error})
+
+
 def _id_key(rid: Any) -> tuple[str, Any] | None:
     """Hashable identity of a JSON-RPC id: 1 and "1" are different ids."""
     if isinstance(rid, bool) or not isinstance(rid, (str, int, float)):
@@ -89,17 +97,22 @@ HIGH_WATER = 1 << 20
 class _Lines:
     """Splits a byte stream into lines, handing whole chunks over when nothing needs parsing."""
 
-    def __init__(self, on_line: Any, on_chunk: Any, needs_look: Any) -> None:
+    def __init__(self, on_line: Any, on_chunk: Any, needs_look: Any, on_marked: Any) -> None:
         self.buffer = bytearray()
         self.on_line = on_line
         self.on_chunk = on_chunk
         self.needs_look = needs_look
+        self.on_marked = on_marked
 
     def feed(self, data: bytes) -> bool:
         """False when a line is over MAX_LINE (the stream is then unusable)."""
-        if not self.buffer and data.endswith(b"\n") and not self.needs_look(data):
-            self.on_chunk(data)  # the common case: whole lines, none to act on, one write
-            return True
+        if not self.buffer and data.endswith(b"\n"):
+            if not self.needs_look(data):
+                self.on_chunk(data)  # the common case: whole lines, none to act on, one write
+                return True
+            if data.find(b"\n") == len(data) - 1:
+                self.on_marked(data)  # one whole line to act on (a keyed call): no copies
+                return True
         self.buffer += data
         start = 0
         buffer = self.buffer
@@ -260,8 +273,15 @@ def _read_size(transport: Any) -> None:
 
 
 def _client_looks(data: bytes) -> bool:
-    # Any \u escape is parsed, so that no spelling of a member name slips past.
-    return any(marker in data for marker in _CLIENT_MARKERS)
+    # Any \u escape is parsed, so that no spelling of a member name slips past. Spelled out,
+    # not `any()` over a tuple: no generator on every message.
+    return (
+        b"idempotencyKey" in data
+        or b"initialize" in data
+        or b"server/discover" in data
+        or b"cancelled" in data
+        or b"\\u" in data
+    )
 
 
 class StdioProxy:
@@ -280,20 +300,24 @@ class StdioProxy:
         self.catalog = ToolCatalog()
         self.keyed = KeyedCalls(self.engine, config, self.catalog)
         self.advertising: set[tuple[str, Any]] = set()
-        self.in_flight: dict[tuple[str, Any], asyncio.Task[None]] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.batch_waiting: dict[tuple[str, Any], list[tuple[Batch, int, bool]]] = {}
+        """Ids of requests forwarded from a split batch: their answers go into its response."""
+        self.in_flight: dict[tuple[str, Any], asyncio.Task[Any]] = {}
+        self.tasks: set[asyncio.Task[Any]] = set()
         self.stopping = asyncio.Event()
         self.stop_reason = ""
         self.client_in: asyncio.ReadTransport | None = None
         self.writer: Any = None
         self.client_done = False
-        self.client_lines = _Lines(self._client_message, self._to_upstream, _client_looks)
+        self.client_lines = _Lines(
+            self._client_message, self._to_upstream, _client_looks, self._client_parse
+        )
         self.upstream_lines = _Lines(
-            self._upstream_message, self.write_client, self._upstream_looks
+            self._upstream_message, self.write_client, self._upstream_looks, self._upstream_parse
         )
 
     async def run(self, stdin: BinaryIO, stdout: BinaryIO) -> int:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         child_in, to_child = os.pipe()
         from_child, child_out = os.pipe()
         try:
@@ -427,8 +451,16 @@ class StdioProxy:
         if not _client_looks(line):
             self._to_upstream(line)
             return
-        message = _loads(line) if line.strip() else None
-        if isinstance(message, dict):
+        self._client_parse(line)
+
+    def _client_parse(self, line: bytes) -> None:
+        """A line with a marker the proxy acts on (see `_client_looks`)."""
+        message = _loads(line)
+        if isinstance(message, list) and message:
+            if needs_split(message, lambda target: _id_key(target) in self.in_flight):
+                self._split(message)
+                return
+        elif isinstance(message, dict):
             method = message.get("method")
             if is_keyed(message):
                 self._start_keyed(message)
@@ -445,42 +477,72 @@ class StdioProxy:
                     return
         self._to_upstream(line)
 
-    def _start_keyed(self, message: dict[str, Any]) -> None:
-        rid = _id_key(message.get("id"))
+    def _split(self, entries: list[Any]) -> None:
+        """A batch holding a keyed call: keyed entries through the engine, the rest forwarded
+        one by one (ids preserved), one batch response for all of them (see `batch`)."""
+        batch = Batch(lambda array: self.write_client(array + b"\n"))
+        for entry in entries:
+            what = kind(entry)
+            if what is Kind.KEYED:
+                index = batch.slot()
+                self._start_keyed(entry, lambda data, i=index: batch.fill(i, data[:-1]))
+            elif what is Kind.INVALID:
+                batch.fill(batch.slot(), INVALID_REQUEST)
+            elif what is Kind.REQUEST and (rid := _id_key(entry["id"])) is not None:
+                index = batch.slot()
+                try:
+                    self.upstream.write(dumps(entry))
+                except UpstreamLost as exc:  # never sent: nothing ran
+                    error = unavailable_error(exc.reason)
+                    batch.fill(index, dumps({"jsonrpc": "2.0", "id": rid[1], "error": error})[:-1])
+                    continue
+                waiting = self.batch_waiting.setdefault(rid, [])
+                waiting.append((batch, index, entry.get("method") in _ADVERTISED))
+            else:
+                target = cancel_target(entry)
+                if target is not None and _id_key(target) in self.in_flight:
+                    continue  # as on its own: the keyed execution goes on and is recorded
+                self._to_upstream(dumps(entry))
+        batch.seal()
+
+    def _start_keyed(self, message: dict[str, Any], deliver: Any = None) -> None:
+        deliver = deliver or self.write_client
+        params = message["params"]
         context = CallContext(
-            transport="stdio",
-            tool=message["params"].get("name"),
-            arguments=message["params"].get("arguments"),
+            transport="stdio", tool=params.get("name"), arguments=params.get("arguments")
         )
-
-        async def answer() -> bool:
-            try:
-                reply = await self.keyed.answer(message, context, self.upstream)
-            except Exception:  # never a silent drop: the host gets an error
-                log.exception("keyed call failed inside the proxy")
-                reply = {
-                    "jsonrpc": "2.0",
-                    "id": message.get("id"),
-                    "error": {"code": -32603, "message": "idemtools proxy internal error"},
-                }
-            finally:
-                if rid is not None:
-                    self.in_flight.pop(rid, None)
-            self.write_client(dumps(reply))
-            return True
-
         # Eagerly, as the engine starts executions: a replay from a store that answers without
         # suspending (MemoryStore) is written before this returns, no loop turn, no task left.
-        started = start_eagerly(
-            asyncio.get_running_loop(), cast("Coroutine[Any, Any, Any]", answer())
-        )
-        if not isinstance(started, asyncio.Task):
+        coro = self.keyed.answer(message, context, self.upstream)
+        try:
+            started = start_eagerly(self.loop, cast("Coroutine[Any, Any, Any]", coro))
+        except Exception:
+            deliver(_internal_error(message))
             return
-        task: asyncio.Task[None] = started
+        if not isinstance(started, asyncio.Task):
+            deliver(dumps(started))
+            return
+        task: asyncio.Task[dict[str, Any]] = started
+        rid = _id_key(message.get("id"))
         if rid is not None:
             self.in_flight[rid] = task
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(functools.partial(self._keyed_done, message, rid, deliver))
+
+    def _keyed_done(
+        self,
+        message: dict[str, Any],
+        rid: tuple[str, Any] | None,
+        deliver: Any,
+        task: asyncio.Task[dict[str, Any]],
+    ) -> None:
+        self.tasks.discard(task)
+        if rid is not None and self.in_flight.get(rid) is task:
+            del self.in_flight[rid]
+        if task.cancelled():
+            return
+        exc = task.exception()
+        deliver(_internal_error(message, exc) if exc is not None else dumps(task.result()))
 
     # -- child → host --------------------------------------------------------------------
 
@@ -495,7 +557,13 @@ class StdioProxy:
             self.stop("the host closed the proxy's stdout")
 
     def _upstream_looks(self, data: bytes) -> bool:
-        return bool(self.advertising) or any(marker in data for marker in _UPSTREAM_MARKERS)
+        return (
+            bool(self.advertising)
+            or bool(self.batch_waiting)
+            or _PREFIX_BYTES in data
+            or b"list_changed" in data
+            or b"\\u" in data
+        )
 
     def from_upstream(self, data: bytes) -> None:
         if not self.upstream_lines.feed(data):
@@ -505,15 +573,25 @@ class StdioProxy:
     def upstream_closed(self) -> None:
         self.upstream_lines.rest()
         self.upstream.lose("the upstream server exited or closed its stdout")
+        waiting, self.batch_waiting = self.batch_waiting, {}
+        for rid, slots in waiting.items():  # unkeyed entries of split batches: never answered
+            for batch, index, _ in slots:
+                error = unavailable_error("the upstream exited before answering")
+                batch.fill(index, dumps({"jsonrpc": "2.0", "id": rid[1], "error": error})[:-1])
         self.stop("the upstream exited")
 
     def _upstream_message(self, line: bytes) -> None:
         if not self._upstream_looks(line):
             self.write_client(line)
             return
-        message = _loads(line) if line.strip() else None
+        self._upstream_parse(line)
+
+    def _upstream_parse(self, line: bytes) -> None:
+        message = _loads(line)
         if isinstance(message, dict):
             if self.upstream.answered(message):
+                return
+            if "method" not in message and self.batch_waiting and self._batch_answer(message, line):
                 return
             if message.get("method") == "notifications/tools/list_changed":
                 self.catalog.changed()
@@ -524,6 +602,20 @@ class StdioProxy:
                     if advertise(message):
                         line = dumps(message)
         self.write_client(line)
+
+    def _batch_answer(self, message: dict[str, Any], line: bytes) -> bool:
+        """Put the answer to an entry forwarded from a split batch into that batch's response."""
+        rid = _id_key(message.get("id"))
+        waiting = self.batch_waiting.get(rid) if rid is not None else None
+        if not waiting or rid is None:
+            return False
+        batch, index, advertised = waiting.pop(0)
+        if not waiting:
+            del self.batch_waiting[rid]
+        if advertised and advertise(message):
+            line = dumps(message)
+        batch.fill(index, line.rstrip(b"\r\n"))
+        return True
 
     # -- shutdown ------------------------------------------------------------------------
 

@@ -36,6 +36,8 @@ def executions(log: Path, label: str) -> int:
     n = 0
     for line in log.read_text().splitlines():
         message = json.loads(line)
+        if not isinstance(message, dict):
+            continue
         params = message.get("params") or {}
         if (
             message.get("method") == "tools/call"

@@ -6,6 +6,8 @@ an answer with notifications before it, `slow` with a progressToken, is an SSE s
 with a `status` argument is answered with that HTTP status and no JSON-RPC; with
 `--tokens FILE`, a request whose `Authorization: Bearer T` has no line T in FILE, read at each
 request, gets HTTP 401: a token is revoked by removing its line).
+A batch (a JSON array, MCP 2025-03-26) is taken entry by entry and logged as `{"batch": N}`
+before its entries; on stdio each entry is answered on its own, over HTTP in one JSON array.
 Every message it receives is appended to LOG as one JSON line (so a test can count executions
 across processes and see exactly what was forwarded).
 Tools:
@@ -155,6 +157,9 @@ def serve_http(port: int) -> None:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", 0)))
             message = json.loads(body)
+            if isinstance(message, list):  # a 2025-03-26 batch: one JSON array of answers
+                self.batch(message)
+                return
             log({**message, "headers": {"authorization": self.headers.get("authorization")}})
             SINK.messages = []
             try:
@@ -198,6 +203,28 @@ def serve_http(port: int) -> None:
             self.end_headers()
             self.wfile.write(data)
 
+        def batch(self, entries: list[Any]) -> None:
+            log({"batch": len(entries)})
+            answers: list[Any] = []
+            for entry in entries:
+                log(entry)
+                SINK.messages = []
+                try:
+                    if isinstance(entry, dict) and entry.get("id") is not None:
+                        if entry.get("method") == "tools/call":
+                            call(entry["id"], entry.get("params") or {})
+                        else:
+                            dispatch(entry)
+                    answers += [m for m in SINK.messages if "method" not in m]
+                finally:
+                    SINK.messages = None
+            data = json.dumps(answers).encode()
+            self.send_response(200 if answers else 202)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
     ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 
 
@@ -208,22 +235,31 @@ def main() -> None:
     for line in sys.stdin:
         if not line.strip():
             continue
-        message = json.loads(line)
-        log(message)
-        method, rid = message.get("method"), message.get("id")
-        if method is None:  # an answer to our own request (sampling)
-            REPLIES[rid] = message.get("result")
-            if rid in WAITING:
-                WAITING[rid].set()
+        parsed = json.loads(line)
+        if isinstance(parsed, list):  # a 2025-03-26 batch: each entry taken as if alone
+            log({"batch": len(parsed)})
+            for entry in parsed:
+                take(entry)
             continue
-        if rid is None:
-            continue  # notifications: logged only
-        if method == "tools/call":
-            threading.Thread(
-                target=call, args=(rid, message.get("params") or {}), daemon=True
-            ).start()
-            continue
-        dispatch(message)
+        take(parsed)
+
+
+def take(message: Any) -> None:
+    log(message)
+    if not isinstance(message, dict):
+        return
+    method, rid = message.get("method"), message.get("id")
+    if method is None:  # an answer to our own request (sampling)
+        REPLIES[rid] = message.get("result")
+        if rid in WAITING:
+            WAITING[rid].set()
+        return
+    if rid is None:
+        return  # notifications: logged only
+    if method == "tools/call":
+        threading.Thread(target=call, args=(rid, message.get("params") or {}), daemon=True).start()
+        return
+    dispatch(message)
 
 
 def dispatch(message: dict[str, Any]) -> None:
