@@ -27,6 +27,7 @@ import anyio.lowlevel
 from mcp import types
 from mcp.shared.exceptions import McpError
 
+from .. import bridges
 from ..engine import Engine, ToolCall
 from ..errors import InstallError
 from ..outcome import Outcome
@@ -189,8 +190,8 @@ def adapt(
         async def call_tool(req: Any) -> Any:
             params = req.params
             key = _fields.read_key(params)
-            if key is None:
-                return await inner(req)
+            if key is None and not (bridges.BRIDGED and params.name in bridges.BRIDGED):
+                return await inner(req)  # unkeyed, no key bridge: one truth test
 
             # The SDK's own answer and the outcome recorded from it, kept so that the call that
             # ran is answered with that very object rather than a model re-validated from its
@@ -199,6 +200,16 @@ def adapt(
             name = params.name
             tool = tool_manager.get_tool(name) if tool_manager is not None else None
             policy = policy_of(getattr(tool, "fn", None)) if tool is not None else None
+            arguments = params.arguments
+            source: bridges.KeySource = "sep"
+            if bridges.BRIDGED and name in bridges.BRIDGED:  # a key bridge (outside the SEP)
+                bridge = bridges.resolve(engine.policy_for(name, policy), name, key, arguments)
+                if bridge.changed:  # the function does not ask for the key argument
+                    passed = params.model_copy(update={"arguments": bridge.passed})
+                    req = req.model_copy(update={"params": passed})
+                if bridge.key is None:
+                    return await inner(req)  # neither key: unprotected, as any unkeyed call
+                key, source, arguments = bridge.key, bridge.source, bridge.arguments
 
             async def run() -> Outcome:
                 try:
@@ -219,11 +230,12 @@ def adapt(
                 return outcome
 
             call = ToolCall(
-                name=params.name,
-                arguments=params.arguments,
+                name=name,
+                arguments=arguments,
                 key=key,
-                context=_context(lowlevel, issuer, params.name, params.arguments),
+                context=_context(lowlevel, issuer, name, arguments),
                 policy=policy,
+                source=source,
             )
             outcome = await engine.handle(call, run)
             # A client that cancelled already got its answer from the SDK; don't answer twice.
@@ -243,12 +255,19 @@ def adapt(
     def with_metadata(tool: Any) -> Any:
         found = tool_manager.get_tool(tool.name) if tool_manager is not None else None
         policy = engine.policy_for(tool.name, policy_of(getattr(found, "fn", None)))
-        meta = {**(tool.meta or {}), TOOL_META_KEY: policy_tool_metadata(policy)}
-        return tool.model_copy(update={"meta": meta})  # never edit the server's own Tool
+        update: dict[str, Any] = {}
+        if policy.key_argument is not None or policy.key_from:
+            bridges.BRIDGED.add(tool.name)  # found under a name its decorator did not know
+            update["inputSchema"] = bridges.with_key_argument(tool.inputSchema, policy)
+        if tool_metadata:
+            update["meta"] = {**(tool.meta or {}), TOOL_META_KEY: policy_tool_metadata(policy)}
+        return tool.model_copy(update=update) if update else tool  # never edit the server's
 
     def wrap_list(inner: Handler) -> Handler:
         async def list_tools(req: Any) -> Any:
             result = await inner(req)
+            if not (tool_metadata or bridges.BRIDGED):
+                return result
             root: Any = getattr(result, "root", result)
             if not isinstance(root, types.ListToolsResult):
                 return result
@@ -259,9 +278,12 @@ def adapt(
         list_tools.__wrapped__ = inner  # type: ignore[attr-defined]
         return list_tools
 
-    wraps: dict[Any, Callable[[Handler], Handler]] = {types.CallToolRequest: wrap}
-    if tool_metadata:
-        wraps[types.ListToolsRequest] = wrap_list
+    # tools/list is always wrapped: a key argument joins a tool's schema there (a no-op for a
+    # process without key bridges or tool metadata).
+    wraps: dict[Any, Callable[[Handler], Handler]] = {
+        types.CallToolRequest: wrap,
+        types.ListToolsRequest: wrap_list,
+    }
     for request_type, wrap_one in wraps.items():  # wrapped now, and again at dispatch if replaced
         handler = lowlevel.request_handlers.get(request_type)
         if handler is not None and not getattr(handler, _MARK, False):

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..bridges import KeySource
 from ..canonical import CanonicalizationError, fingerprint
 from ..errors import (
     ArgumentsInvalidError,
@@ -60,6 +61,8 @@ class ToolCall:
 
     `key` is whatever the client sent (validated here). `policy` is the tool's own policy when
     the adapter found one on the tool function; otherwise the registry and default apply.
+    `source` is where the key came from (`idemtools.bridges`): a derived key's record lives in
+    a namespace of its own, and telemetry says which.
     """
 
     name: str
@@ -67,6 +70,7 @@ class ToolCall:
     key: object
     context: CallContext = field(default_factory=CallContext)
     policy: Policy | None = None
+    source: KeySource = "sep"
 
     def __init__(
         self,
@@ -75,6 +79,7 @@ class ToolCall:
         key: object,
         context: CallContext | None = None,
         policy: Policy | None = None,
+        source: KeySource = "sep",
     ) -> None:
         # The generated frozen `__init__` sets each field through `object.__setattr__`; one
         # is built per keyed call, and writing the instance dict directly costs half
@@ -85,6 +90,7 @@ class ToolCall:
         fields["key"] = key
         fields["context"] = CallContext() if context is None else context
         fields["policy"] = policy
+        fields["source"] = source
 
 
 def key_digest(key: str) -> str:

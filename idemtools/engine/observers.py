@@ -36,7 +36,7 @@ async def observed(
     current there) and ended on every way out: here for a call that never ran (a replay, a
     refusal, a cancellation before the tool), by the execution for one that ran (it goes on,
     and ends it, when its caller is cancelled)."""
-    obs = telemetry.begin(call.name, call.key, policy)
+    obs = telemetry.begin(call.name, call.key, policy, call.source)
     try:
         outcome = await handle(obs)
     except BaseException as exc:
