@@ -83,9 +83,7 @@ class Shop:
         async def hook(tool: str, kind: str, context: Any) -> None:
             self.outcomes.append((tool, kind, context.key_source))
 
-        self.installation = idemtools.install(
-            server, registry=registry, on_outcome=hook, **install
-        )
+        self.installation = idemtools.install(server, registry=registry, on_outcome=hook, **install)
 
     def count(self, tool: str) -> int:
         return sum(1 for name, _ in self.runs if name == tool)
