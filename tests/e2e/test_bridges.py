@@ -8,7 +8,7 @@ with a bridge, once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -16,13 +16,14 @@ import pytest
 
 import idemtools
 from idemtools import Registry, bridges, idempotent
+from idemtools.adapters import SDK2
 from idemtools.client import call_tool
 from idemtools.policy import TOOL_META_KEY
 
 from .harness import LINE, _Server, types
 from .lossy import Loss, lossy_session, read_timeout
 
-if LINE == 2:
+if SDK2:
     from mcp.server.lowlevel import Server as LowLevel
     from mcp.shared.exceptions import MCPError as SDK_ERROR
 else:
@@ -292,17 +293,14 @@ def lowlevel_shop() -> tuple[Any, list[dict[str, Any]]]:
         return f"ordered {item} #{len(seen)}"
 
     schema = {"type": "object", "properties": {"room": {"type": "string"}}}
+    order_schema = {"type": "object", "properties": {"item": {"type": "string"}}}
     tools = [
-        types.Tool(name="book", description="", **{"inputSchema": schema}),
-        types.Tool(
-            name="order",
-            description="",
-            **{"inputSchema": {"type": "object", "properties": {"item": {"type": "string"}}}},
-        ),
+        types.Tool.model_validate({"name": "book", "inputSchema": schema}),
+        types.Tool.model_validate({"name": "order", "inputSchema": order_schema}),
     ]
-    handlers = {"book": book, "order": order}
+    handlers: dict[str, Callable[..., str]] = {"book": book, "order": order}
 
-    if LINE == 2:
+    if SDK2:
 
         async def list_tools(ctx: Any, params: Any) -> Any:
             return types.ListToolsResult(tools=tools)
