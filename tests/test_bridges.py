@@ -222,3 +222,12 @@ def test_key_sources() -> None:
     assert bridges.key_sources(policy()) == ["sep"]
     assert bridges.key_sources(policy(key_argument=KEY)) == ["sep", "argument"]
     assert bridges.key_sources(policy(key_from=("a",))) == ["sep", "derived"]
+
+
+def test_a_server_default_policy_takes_no_bridge() -> None:
+    from mcp.server.lowlevel import Server
+
+    from idemtools import InstallError, install
+
+    with pytest.raises(InstallError, match="declared per tool"):
+        install(Server("s"), default_policy=policy(key_argument=KEY))
