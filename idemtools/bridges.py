@@ -41,6 +41,7 @@ __all__ = [
     "derived_scope",
     "header_token",
     "key_sources",
+    "note",
     "resolve",
     "with_key_argument",
 ]
@@ -135,6 +136,15 @@ def resolve(
         # An operation named by these arguments is not identified without all of them.
         return Bridged(None, SEP, arguments, arguments, False)
     return Bridged(derived_key(name, names, arguments), DERIVED, arguments, arguments, False)
+
+
+def note(name: str, policy: Any) -> None:
+    """Add `name` to `BRIDGED` when `policy` has a bridge (a tool registered under a name its
+    decorator did not know: found at `install()` or in a `tools/list` answer)."""
+    if policy is not None and (
+        getattr(policy, "key_argument", None) is not None or getattr(policy, "key_from", ())
+    ):
+        BRIDGED.add(name)
 
 
 def derived_key(name: str, names: tuple[str, ...], arguments: Mapping[str, Any]) -> str:

@@ -496,6 +496,8 @@ def adapt(
         declare_key_field()
         _self_test()
     tool_manager = sdk.tool_manager(server)
+    for tool in tool_manager.list_tools() if tool_manager is not None else ():
+        bridges.note(tool.name, policy_of(tool.fn))  # a tool renamed from its function's name
     middleware = IdempotencyMiddleware(
         lowlevel,
         engine,

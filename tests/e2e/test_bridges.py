@@ -348,3 +348,25 @@ async def test_lowlevel_key_from_runs_once() -> None:
         result = await lost_then_retried(session, "order", {"item": "x"}, {"item": "x"})
     assert text_of(result) == "ordered x #1"
     assert len(seen) == 1
+
+
+async def test_a_tool_renamed_from_its_function_is_bridged_from_the_first_call() -> None:
+    """`@server.tool(name=...)` over a bare `@idempotent`: the decorator noted the function's
+    name; `install()` notes the tool's own (and any later `tools/list` answer would)."""
+    registry = Registry()
+    server = _Server("renamed")
+    runs: list[str] = []
+
+    @server.tool(name="place_order_v2")
+    @idempotent(key_from=("item",), registry=registry)
+    def place(item: str) -> str:
+        runs.append(item)
+        return f"placed {item} #{len(runs)}"
+
+    bridges.BRIDGED.discard("place_order_v2")
+    idemtools.install(server, registry=registry)
+    assert "place_order_v2" in bridges.BRIDGED
+    async with lossy_session(server) as session:
+        result = await lost_then_retried(session, "place_order_v2", {"item": "x"}, {"item": "x"})
+    assert text_of(result) == "placed x #1"
+    assert runs == ["x"]
