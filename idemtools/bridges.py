@@ -141,9 +141,7 @@ def resolve(
 def note(name: str, policy: Any) -> None:
     """Add `name` to `BRIDGED` when `policy` has a bridge (a tool registered under a name its
     decorator did not know: found at `install()` or in a `tools/list` answer)."""
-    if policy is not None and (
-        getattr(policy, "key_argument", None) is not None or getattr(policy, "key_from", ())
-    ):
+    if getattr(policy, "key_argument", None) is not None or bool(getattr(policy, "key_from", ())):
         BRIDGED.add(name)
 
 
