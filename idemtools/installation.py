@@ -287,6 +287,11 @@ def install(
     if installation_of(server) is not None:
         raise InstallError("idemtools is already installed on this server")
     grace = _checked_grace(shutdown_grace)
+    if default_policy.key_argument is not None or default_policy.key_from:
+        raise InstallError(
+            "default_policy has a key bridge (key_argument= / key_from=): bridges are declared "
+            "per tool, with @idempotent on each tool that should take one"
+        )
     if store is None:
         from .stores.memory import MemoryStore
 

@@ -20,12 +20,14 @@ import inspect
 import logging
 import math
 import numbers
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
+from . import bridges
 from .errors import UnauthorizedError
 from .scopes import AuthorizeFn, CallContext, Scope, ScopeFn, _as_scope, by_auth_subject
 
@@ -91,6 +93,50 @@ def _optional_seconds(value: object, what: str) -> float | None:
         ) from None
 
 
+def _checked_key_from(names: object) -> tuple[str, ...]:
+    """`key_from` as a tuple of names; a lone string is refused (it would iterate letters)."""
+    if names is None:
+        return ()
+    if isinstance(names, str) or not isinstance(names, (tuple, list)):
+        raise TypeError(
+            f"key_from must be a tuple of argument names, e.g. key_from=({names!r},), got {names!r}"
+        )
+    if not names:
+        raise ValueError(
+            "key_from=() names no argument: give the arguments that identify one operation, "
+            'e.g. key_from=("order_id", "amount"). There is no "all arguments" default: two '
+            "genuinely equal operations would collapse into one"
+        )
+    return tuple(names)
+
+
+def _check_bridges(policy: Policy) -> None:
+    """Refuse a bridge declaration that cannot mean one thing, when it is made."""
+    argument, names = policy.key_argument, policy.key_from
+    if argument is not None and (not isinstance(argument, str) or not argument):
+        raise TypeError(f"key_argument must be a non-empty argument name, got {argument!r}")
+    if policy.key_header and argument is None:
+        raise TypeError("key_header=True annotates the key argument: give key_argument= too")
+    if policy.key_header and not _TOKEN.fullmatch(bridges.header_token(argument or "")):
+        raise ValueError(
+            f"key_header=True: key_argument {argument!r} makes no HTTP header name "
+            f"({bridges.header_token(argument or '')!r})"
+        )
+    if not isinstance(names, tuple) or not all(isinstance(n, str) and n for n in names):
+        raise TypeError(f"key_from must be a tuple of non-empty argument names, got {names!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"key_from names an argument twice: {names!r}")
+    if argument is not None and names:
+        raise TypeError(
+            "key_argument and key_from are two different bridges: give one. A key that is "
+            "sometimes the model's and sometimes derived would differ between a first "
+            "attempt and its retry, which is the double execution the bridge exists to stop"
+        )
+
+
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
 DEFAULT_MAX_RUNTIME = 3600.0
 """One hour: far beyond what any interactive client waits for a tool call, so no call a
 client still waits on reaches it, while a hung tool frees its key within the hour (plus one
@@ -125,6 +171,15 @@ class Policy:
             too: the handler does not run on a replay, so otherwise a caller whose permission
             was revoked still gets the recorded answer for the whole retention. None: the
             server-wide `install(authorize=...)`, if any.
+        key_argument: the name of an optional string argument whose value is the key when
+            the client sends no `idempotencyKey` (a bridge outside SEP-3182, see
+            `idemtools.bridges`). Never part of the fingerprint.
+        key_header: also annotate that argument with `x-mcp-header` (opt-in: mcp 2.3 refuses
+            a call whose HTTP client did not mirror an annotated argument into its header).
+        key_from: the names of the arguments a key is derived from when the client sends none
+            (a bridge outside SEP-3182, see `idemtools.bridges`).
+        passes_key_argument: the function asks for the key argument (its signature has it),
+            so the tool receives it; set by `@idempotent`.
     """
 
     retention: float = 24 * 3600.0
@@ -134,6 +189,10 @@ class Policy:
     transactional: bool = False
     authorize: AuthorizeFn | None = field(default=None, compare=False)
     max_runtime: float | None = DEFAULT_MAX_RUNTIME
+    key_argument: str | None = None
+    key_header: bool = False
+    key_from: tuple[str, ...] = ()
+    passes_key_argument: bool = False
 
     @staticmethod
     def of(
@@ -145,6 +204,9 @@ class Policy:
         transactional: bool = False,
         authorize: AuthorizeFn | None = None,
         max_runtime: timedelta | float | None = DEFAULT_MAX_RUNTIME,
+        key_argument: str | None = None,
+        key_header: bool = False,
+        key_from: tuple[str, ...] | list[str] | None = None,
     ) -> Policy:
         """Build a policy from friendly values (timedelta or seconds, plain scope functions)."""
         return Policy(
@@ -155,6 +217,9 @@ class Policy:
             transactional=transactional,
             authorize=_checked_authorize(authorize),
             max_runtime=_optional_seconds(max_runtime, "max_runtime"),
+            key_argument=key_argument,
+            key_header=key_header,
+            key_from=_checked_key_from(key_from),
         )
 
     def __post_init__(self) -> None:
@@ -164,6 +229,7 @@ class Policy:
         object.__setattr__(self, "lease", _seconds(self.lease, "lease"))
         object.__setattr__(self, "max_runtime", _optional_seconds(self.max_runtime, "max_runtime"))
         object.__setattr__(self, "scope", _as_scope(self.scope))
+        _check_bridges(self)
 
     def with_name(self, name: str) -> Policy:
         return replace(self, name=name)
@@ -184,7 +250,16 @@ def tool_metadata(policy: Policy) -> dict[str, Any]:
     whose records a key can match (`scope`, the `Scope.kind`: "auth_subject", "session",
     "shared", ...). Every adapter builds the value here, so all of them publish the same shape.
     """
-    return {"retentionSeconds": int(policy.retention), "scope": policy.scope.kind}
+    meta: dict[str, Any] = {
+        "retentionSeconds": int(policy.retention),
+        "scope": policy.scope.kind,
+        "keySources": bridges.key_sources(policy),
+    }
+    if policy.key_argument is not None:
+        meta["keyArgument"] = policy.key_argument
+    if policy.key_from:
+        meta["keyFrom"] = list(policy.key_from)
+    return meta
 
 
 def _checked_authorize(check: AuthorizeFn | None) -> AuthorizeFn | None:
@@ -234,6 +309,8 @@ class Registry:
         self._put(name, policy, origin=origin, explicit=explicit)
 
     def _put(self, name: str, policy: Policy, *, origin: str | None, explicit: bool) -> None:
+        if policy.key_argument is not None or policy.key_from:
+            bridges.BRIDGED.add(name)  # a hint only: the policy found at call time decides
         with self._lock:
             held = self._entries.get(name)
             if held is not None and origin is not None and held.origin != origin:
@@ -325,6 +402,9 @@ def idempotent(
     transactional: bool = ...,
     authorize: AuthorizeFn | None = ...,
     max_runtime: timedelta | float | None = ...,
+    key_argument: str | None = ...,
+    key_header: bool = ...,
+    key_from: tuple[str, ...] | list[str] | None = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -340,6 +420,9 @@ def idempotent(
     transactional: bool = False,
     authorize: AuthorizeFn | None = None,
     max_runtime: timedelta | float | None = DEFAULT_MAX_RUNTIME,
+    key_argument: str | None = None,
+    key_header: bool = False,
+    key_from: tuple[str, ...] | list[str] | None = None,
 ) -> Any:
     """Declare a tool's idempotency policy; returns the function itself, unchanged.
 
@@ -355,6 +438,13 @@ def idempotent(
 
     `max_runtime` (default one hour; None: no limit) bounds how long a running call's claim is
     renewed, so a tool that never returns does not hold its key for ever (see `Policy`).
+
+    Two opt-in bridges, outside SEP-3182, for clients that send no `idempotencyKey` (see
+    `idemtools.bridges` and docs/bridges.md): `key_argument="idempotency_key"` adds an
+    optional argument a model fills with one key per operation (the tool receives it only
+    if its signature has that parameter); `key_from=("order_id", "amount")` derives the key
+    from those arguments (two genuinely equal operations then collapse into one: keep the
+    retention short). The SEP field wins over either when a client sends it.
     """
     policy = Policy.of(
         retention=retention,
@@ -364,6 +454,9 @@ def idempotent(
         transactional=transactional,
         authorize=authorize,
         max_runtime=max_runtime,
+        key_argument=key_argument,
+        key_header=key_header,
+        key_from=key_from,
     )
     target = registry if registry is not None else default_registry
 
@@ -372,6 +465,16 @@ def idempotent(
         if not tool_name:
             raise TypeError("@idempotent needs name= for a callable without __name__")
         named = policy.with_name(tool_name)
+        if named.key_from:
+            missing = bridges.missing_names(func, named.key_from)
+            if missing:
+                raise TypeError(
+                    f"@idempotent(key_from=...): {tool_name!r} has no parameter "
+                    f"{', '.join(map(repr, missing))}; a key derived from an argument the "
+                    "tool never receives would make every call one operation"
+                )
+        if named.key_argument is not None and bridges.asks_for(func, named.key_argument):
+            named = replace(named, passes_key_argument=True)
         # Checked before the function is touched: a refused declaration changes nothing.
         target._declare(
             tool_name,

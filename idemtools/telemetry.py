@@ -11,7 +11,9 @@ nothing beneath it. Attributes:
   (always for conflict, in_progress and refused), e.g. `idempotency_store_unavailable`;
 - `gen_ai.tool.name`: the tool, under the name the MCP semantic conventions (and the mcp 2.x
   SDK's span) use, once the tool is known to exist; `_unknown` until then (see below);
-- `idemtools.key_digest`: the key's SHA-256 prefix that log lines carry; never the key.
+- `idemtools.key_digest`: the key's SHA-256 prefix that log lines carry; never the key;
+- `idemtools.key_source`: where the key came from: `sep` (the client's `idempotencyKey`),
+  `argument` or `derived` (the server-side bridges of `idemtools.bridges`).
 
 A counter `idemtools.lease.lapses` (`idemtools.store.name`) counts leases that ran out while
 their call was still running: the process could not renew in time (a tool holding the GIL, a
@@ -79,6 +81,7 @@ OUTCOME = "idemtools.outcome"
 REFUSAL = "idemtools.refusal"
 TOOL = "gen_ai.tool.name"  # OpenTelemetry MCP / GenAI semantic conventions
 KEY_DIGEST = "idemtools.key_digest"
+KEY_SOURCE = "idemtools.key_source"
 STORE_OPERATION = "idemtools.store.operation"
 STORE_NAME = "idemtools.store.name"
 
@@ -118,6 +121,7 @@ class OutcomeContext:
     policy: Policy
     outcome: Outcome | None
     duration: float
+    key_source: str = "sep"
 
 
 class OnOutcome(Protocol):
@@ -267,9 +271,9 @@ class Telemetry:
 
     # -- per call -----------------------------------------------------------------------------
 
-    def begin(self, tool: str, key: object, policy: Policy) -> Observation:
+    def begin(self, tool: str, key: object, policy: Policy, source: str = "sep") -> Observation:
         """Start observing one keyed call (only when `listening()`)."""
-        return Observation(self, tool, key, policy)
+        return Observation(self, tool, key, policy, source)
 
     def timed(self, operation: str, op: Awaitable[T]) -> Awaitable[T]:
         """`op` itself when no metrics are recorded (no extra frame), else `op` timed."""
@@ -296,10 +300,13 @@ class Telemetry:
 class Observation:
     """One keyed call being observed: its span (current while it runs) and its ending."""
 
-    __slots__ = ("_token", "executing", "label", "span", "telemetry", "tool")
+    __slots__ = ("_token", "executing", "label", "source", "span", "telemetry", "tool")
 
-    def __init__(self, telemetry: Telemetry, tool: str, key: object, policy: Policy) -> None:
+    def __init__(
+        self, telemetry: Telemetry, tool: str, key: object, policy: Policy, source: str = "sep"
+    ) -> None:
         self.telemetry = telemetry
+        self.source = source
         self.tool = tool
         self.label = telemetry.tool_label(tool, policy)  # what is exported: never client text
         self.executing = False  # set when the tool starts: the execution then ends this
@@ -314,7 +321,11 @@ class Observation:
             self.span = span = tracer.start_span(
                 f"idemtools {self.label}",
                 kind=trace.SpanKind.INTERNAL,
-                attributes={TOOL: self.label, KEY_DIGEST: telemetry.digest(key)},
+                attributes={
+                    TOOL: self.label,
+                    KEY_DIGEST: telemetry.digest(key),
+                    KEY_SOURCE: source,
+                },
             )
             self._token = context.attach(trace.set_span_in_context(span))
         except Exception:  # a broken SDK or processor must not fail the call
@@ -353,7 +364,7 @@ class Observation:
             renamed = telemetry.learn(self.tool)
             if renamed:
                 self.label = self.tool
-        attributes = {OUTCOME: kind, TOOL: self.label}
+        attributes = {OUTCOME: kind, TOOL: self.label, KEY_SOURCE: self.source}
         if refusal is not None:
             attributes[REFUSAL] = refusal
         try:  # a broken SDK, processor or reader must not change the answer

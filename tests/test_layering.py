@@ -93,6 +93,7 @@ _FOUNDATION = {
     "policy",
     "scope_fit",
     "shutdown",
+    "bridges",
 }
 _SDK_FREE_ADAPTER_PARTS = {"_adapted", "_auth", "_contact", "_fields", "_serving"}
 

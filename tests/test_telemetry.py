@@ -165,7 +165,11 @@ async def test_every_outcome_gets_a_span_a_count_and_a_hook_call(otel: Otel) -> 
     }
 
     def attrs(kind: str, refusal: str | None = None) -> tuple[tuple[str, Any], ...]:
-        found = {"idemtools.outcome": kind, "gen_ai.tool.name": "charge"}
+        found = {
+            "idemtools.outcome": kind,
+            "gen_ai.tool.name": "charge",
+            "idemtools.key_source": "sep",
+        }
         if refusal:
             found["idemtools.refusal"] = refusal
         return tuple(sorted(found.items()))
@@ -561,3 +565,30 @@ async def test_learned_names_are_bounded(otel: Otel, monkeypatch: pytest.MonkeyP
     for i in range(6):  # a server that runs whatever name it is sent
         await engine.handle(call(f"k-{i}", name=f"t{i}"), run_ok)
     assert tool_names(otel) == {"t0": 1, "t1": 1, "t2": 1, "_unknown": 3}
+
+
+async def test_the_key_source_is_on_the_span_the_count_the_hook_and_the_log(
+    otel: Otel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 19, B6: `sep`, `argument` or `derived`, wherever a keyed call is reported."""
+    hook = Hook()
+    engine = otel.engine(on_outcome=hook)
+    for source in ("sep", "argument", "derived"):
+        sourced = ToolCall("charge", {"amount": 1}, f"k-{source}", STDIO, source=source)
+        await engine.handle(sourced, run_ok)
+    with caplog.at_level(logging.INFO, logger="idemtools"):
+        await engine.handle(ToolCall("charge", None, "", STDIO, source="argument"), run_ok)
+    spans = [s.attributes or {} for s in otel.finished()]
+    assert [a["idemtools.key_source"] for a in spans] == ["sep", "argument", "derived", "argument"]
+    by_source: dict[str, int] = {}
+    for attributes, value in otel.calls().items():
+        source = dict(attributes)["idemtools.key_source"]
+        by_source[source] = by_source.get(source, 0) + value
+    assert by_source == {"sep": 1, "argument": 2, "derived": 1}
+    assert [ctx.key_source for _t, _k, ctx in hook.seen] == [
+        "sep",
+        "argument",
+        "derived",
+        "argument",
+    ]
+    assert "key_source=argument" in caplog.text

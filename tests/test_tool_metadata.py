@@ -58,6 +58,7 @@ def test_plain_function_scope_is_custom() -> None:
     assert tool_metadata(Policy.of(scope=by_team)) == {
         "retentionSeconds": 86400,
         "scope": "custom",
+        "keySources": ["sep"],
     }
 
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from .. import bridges
 from ..errors import InstallError
 from ..outcome import Outcome
 from ..policy import Policy, policy_of
@@ -164,6 +165,12 @@ class FastMCPTools:
         ]
 
 
+def _bridged(name: object) -> bool:
+    """A call that a key bridge may key (a key argument, a derived key): the cache steps aside
+    for it as for a call with `idempotencyKey`."""
+    return isinstance(name, str) and name in bridges.BRIDGED
+
+
 class _Edge:
     """Outermost SDK middleware, around FastMCP's own chain and the idemtools middleware.
 
@@ -177,7 +184,10 @@ class _Edge:
         method = ctx.method
         if method == "tools/call":
             params = ctx.params
-            if isinstance(params, Mapping) and params.get(_fields.WIRE_NAME) is not None:
+            if isinstance(params, Mapping) and (
+                params.get(_fields.WIRE_NAME) is not None
+                or (bridges.BRIDGED and _bridged(params.get("name")))
+            ):
                 token = _KEYED_CALL.set(True)
                 try:
                     return await call_next(ctx)

@@ -27,6 +27,7 @@ import anyio.lowlevel
 from mcp import types
 from mcp.shared.exceptions import McpError
 
+from .. import bridges
 from ..engine import Engine, ToolCall
 from ..errors import InstallError
 from ..outcome import Outcome
@@ -153,6 +154,8 @@ def adapt(
         declare_key_field()
     _self_test(declare_field)
     tool_manager = sdk.tool_manager(server)
+    for tool in tool_manager.list_tools() if tool_manager is not None else ():
+        bridges.note(tool.name, policy_of(tool.fn))  # a tool renamed from its function's name
     issuer = configured_issuer(server)
     _mark_local_entry_points(server, lowlevel)
 
@@ -189,8 +192,8 @@ def adapt(
         async def call_tool(req: Any) -> Any:
             params = req.params
             key = _fields.read_key(params)
-            if key is None:
-                return await inner(req)
+            if key is None and not (bridges.BRIDGED and params.name in bridges.BRIDGED):
+                return await inner(req)  # unkeyed, no key bridge: one truth test
 
             # The SDK's own answer and the outcome recorded from it, kept so that the call that
             # ran is answered with that very object rather than a model re-validated from its
@@ -201,6 +204,17 @@ def adapt(
             policy = policy_of(getattr(tool, "fn", None)) if tool is not None else None
             if policy is None and tool_manager is not None:  # never a same-named function's
                 policy = engine.policy_for(name, by_name=False)
+            arguments = params.arguments
+            source: bridges.KeySource = "sep"
+            if bridges.BRIDGED and name in bridges.BRIDGED:  # a key bridge (outside the SEP)
+                found = engine.policy_for(name, policy, by_name=tool_manager is None)
+                bridge = bridges.resolve(found, name, key, arguments)
+                if bridge.changed:  # the function does not ask for the key argument
+                    passed = params.model_copy(update={"arguments": bridge.passed})
+                    req = req.model_copy(update={"params": passed})
+                if bridge.key is None:
+                    return await inner(req)  # neither key: unprotected, as any unkeyed call
+                key, source, arguments = bridge.key, bridge.source, bridge.arguments
 
             async def run() -> Outcome:
                 try:
@@ -221,11 +235,12 @@ def adapt(
                 return outcome
 
             call = ToolCall(
-                name=params.name,
-                arguments=params.arguments,
+                name=name,
+                arguments=arguments,
                 key=key,
-                context=_context(lowlevel, issuer, params.name, params.arguments),
+                context=_context(lowlevel, issuer, name, arguments),
                 policy=policy,
+                source=source,
             )
             outcome = await engine.handle(call, run)
             # A client that cancelled already got its answer from the SDK; don't answer twice.
@@ -246,12 +261,19 @@ def adapt(
         found = tool_manager.get_tool(tool.name) if tool_manager is not None else None
         own = policy_of(getattr(found, "fn", None))
         policy = engine.policy_for(tool.name, own, by_name=tool_manager is None)
-        meta = {**(tool.meta or {}), TOOL_META_KEY: policy_tool_metadata(policy)}
-        return tool.model_copy(update={"meta": meta})  # never edit the server's own Tool
+        update: dict[str, Any] = {}
+        if policy.key_argument is not None or policy.key_from:
+            bridges.BRIDGED.add(tool.name)  # found under a name its decorator did not know
+            update["inputSchema"] = bridges.with_key_argument(tool.inputSchema, policy)
+        if tool_metadata:
+            update["meta"] = {**(tool.meta or {}), TOOL_META_KEY: policy_tool_metadata(policy)}
+        return tool.model_copy(update=update) if update else tool  # never edit the server's
 
     def wrap_list(inner: Handler) -> Handler:
         async def list_tools(req: Any) -> Any:
             result = await inner(req)
+            if not (tool_metadata or bridges.BRIDGED):
+                return result
             root: Any = getattr(result, "root", result)
             if not isinstance(root, types.ListToolsResult):
                 return result
@@ -262,9 +284,12 @@ def adapt(
         list_tools.__wrapped__ = inner  # type: ignore[attr-defined]
         return list_tools
 
-    wraps: dict[Any, Callable[[Handler], Handler]] = {types.CallToolRequest: wrap}
-    if tool_metadata:
-        wraps[types.ListToolsRequest] = wrap_list
+    # tools/list is always wrapped: a key argument joins a tool's schema there (a no-op for a
+    # process without key bridges or tool metadata).
+    wraps: dict[Any, Callable[[Handler], Handler]] = {
+        types.CallToolRequest: wrap,
+        types.ListToolsRequest: wrap_list,
+    }
     for request_type, wrap_one in wraps.items():  # wrapped now, and again at dispatch if replaced
         handler = lowlevel.request_handlers.get(request_type)
         if handler is not None and not getattr(handler, _MARK, False):

@@ -16,6 +16,7 @@ retries across eras still gets a well-formed answer and never a second execution
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from .. import bridges
 from ..engine import Engine, ToolCall
 from ..errors import InstallError
 from ..outcome import Outcome
@@ -237,7 +239,8 @@ class IdempotencyMiddleware:
         """A low-level server: no tool function to find, so the registry answers by name."""
 
     async def with_metadata(self, ctx: Any, result: Any) -> Any:
-        """Publish each listed tool's policy under `_meta[TOOL_META_KEY]` (opt-in)."""
+        """Publish each listed tool's policy under `_meta[TOOL_META_KEY]` (opt-in), and the key
+        argument of a tool that has one in its input schema (`idemtools.bridges`)."""
         tools = result.get("tools") if isinstance(result, dict) else None
         if not isinstance(tools, list):
             return result
@@ -247,14 +250,21 @@ class IdempotencyMiddleware:
                 name = tool["name"]
                 _, own = await self.find(ctx, name)
                 policy = self.engine.policy_for(name, own, by_name=self.by_name)
-                meta = tool.get("_meta")
-                tool = {
-                    **tool,
-                    "_meta": {
-                        **(meta if isinstance(meta, dict) else {}),
-                        TOOL_META_KEY: policy_tool_metadata(policy),
-                    },
-                }
+                if policy.key_argument is not None or policy.key_from:
+                    bridges.BRIDGED.add(name)  # found under a name its decorator did not know
+                    tool = {
+                        **tool,
+                        "inputSchema": bridges.with_key_argument(tool.get("inputSchema"), policy),
+                    }
+                if self.tool_metadata:
+                    meta = tool.get("_meta")
+                    tool = {
+                        **tool,
+                        "_meta": {
+                            **(meta if isinstance(meta, dict) else {}),
+                            TOOL_META_KEY: policy_tool_metadata(policy),
+                        },
+                    }
             listed.append(tool)
         return {**result, "tools": listed}
 
@@ -307,17 +317,18 @@ class IdempotencyMiddleware:
         if method != "tools/call":
             if method in ("initialize", "server/discover") and ctx.request_id is not None:
                 return _fields.advertise(await call_next(ctx))
-            if method == "tools/list" and self.tool_metadata:
+            if method == "tools/list" and (self.tool_metadata or bridges.BRIDGED):
                 return await self.with_metadata(ctx, await call_next(ctx))
             return await call_next(ctx)
         params = ctx.params
         if not params or ctx.request_id is None:  # no params, or a notification
             return await call_next(ctx)
         key = params.get(_fields.WIRE_NAME)
+        bridged = bridges.BRIDGED  # empty unless a tool uses a key bridge: one truth test
         # MRTR continuations are outside SEP-3182 (its Scope section): run, touch no record.
         # Only a non-null field makes a continuation: `"requestState": null` means absent.
         if (
-            key is None
+            (key is None and not bridged)
             or params.get("requestState") is not None
             or params.get("inputResponses") is not None
         ):
@@ -326,6 +337,8 @@ class IdempotencyMiddleware:
         arguments = params.get("arguments")
         if not isinstance(name, str) or not (isinstance(arguments, dict) or arguments is None):
             # Malformed params: the SDK refuses them as it always does; nothing to deduplicate.
+            return await call_next(ctx)
+        if key is None and name not in bridged:
             return await call_next(ctx)
         chain = self.lowlevel.middleware
         if (not isinstance(chain, _InnermostList) or chain[-1] is not self) and _keep_innermost(
@@ -346,6 +359,15 @@ class IdempotencyMiddleware:
         known, policy = await self.find(ctx, name)
         if not known and self.passes_unknown:
             return await call_next(ctx)  # no such tool for this caller: nothing runs or records
+        source: bridges.KeySource = "sep"
+        if bridged and name in bridged:  # a key argument or a derived key (outside the SEP)
+            found = self.engine.policy_for(name, policy, by_name=self.by_name)
+            bridge = bridges.resolve(found, name, key, arguments)
+            if bridge.changed:  # the function does not ask for the key argument
+                ctx = dataclasses.replace(ctx, params={**params, "arguments": bridge.passed})
+            if bridge.key is None:
+                return await call_next(ctx)  # neither key: unprotected, as any unkeyed call
+            key, source, arguments = bridge.key, bridge.source, bridge.arguments
 
         async def run() -> Outcome:
             try:
@@ -369,7 +391,9 @@ class IdempotencyMiddleware:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
         if policy is None and not self.by_name:  # never a same-named function's, elsewhere
             policy = self.engine.policy_for(name, by_name=False)
-        call = ToolCall(name=name, arguments=arguments, key=key, context=context, policy=policy)
+        call = ToolCall(
+            name=name, arguments=arguments, key=key, context=context, policy=policy, source=source
+        )
         decide = self.decide
         if decide is not None:
             outcome = await decide(self.engine, call, run)
@@ -477,6 +501,8 @@ def adapt(
         declare_key_field()
         _self_test()
     tool_manager = sdk.tool_manager(server)
+    for tool in tool_manager.list_tools() if tool_manager is not None else ():
+        bridges.note(tool.name, policy_of(tool.fn))  # a tool renamed from its function's name
     middleware = IdempotencyMiddleware(
         lowlevel,
         engine,

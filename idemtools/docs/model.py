@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import bridges
 from ..errors import ErrorCodes
 from ..installation import installation_of
 from ..policy import Policy
@@ -57,6 +58,13 @@ class ToolDoc:
     """What the scope is per transport ("HTTP", "stdio"); None: keyed calls refused there."""
     example_arguments: dict[str, Any] | None = None
     """Minimal valid `arguments` built from the tool's input schema (None: schema unknown)."""
+    key_sources: list[str] = dataclasses.field(default_factory=lambda: ["sep"])
+    """Where a key may come from, in the order they win: "sep" (`idempotencyKey`), then a
+    bridge outside SEP-3182, "argument" or "derived" (`idemtools.bridges`)."""
+    key_argument: str | None = None
+    """The argument whose value is the key when a client sends no `idempotencyKey`."""
+    key_from: list[str] = dataclasses.field(default_factory=list)
+    """The arguments a key is derived from when a client sends no `idempotencyKey`."""
 
 
 @dataclass(frozen=True)
@@ -349,4 +357,7 @@ def _tool_doc(
         scope_name=policy.scope.name,
         scope_on=dict(policy.scope.on),
         example_arguments=example,
+        key_sources=list(bridges.key_sources(policy)),
+        key_argument=policy.key_argument,
+        key_from=list(policy.key_from),
     )

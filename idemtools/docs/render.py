@@ -88,6 +88,7 @@ def render_markdown(doc: ServerDoc, *, title: str | None = None, level: int = 1)
         "different scopes never meets.",
         "- **Transactional**: the tool's own database writes and its idempotency record "
         "commit together, which closes the crash window above for those writes.",
+        *_bridge_lines(doc),
         "",
         f"{hh} Scopes",
         "",
@@ -156,6 +157,35 @@ def render_markdown(doc: ServerDoc, *, title: str | None = None, level: int = 1)
             f"| {_unbroken(e.type)} | {e.code} | {_cell(e.meaning)} *To do:* {_cell(e.action)} |"
         )
     return "\n".join(out) + "\n"
+
+
+def _bridge_lines(doc: ServerDoc) -> list[str]:
+    """Which tools also take a key when the client sends no `idempotencyKey` (the key
+    bridges, outside SEP-3182); nothing for a server without one."""
+    lines = []
+    for t in doc.tools:
+        if t.key_argument is not None:
+            lines.append(
+                f"- {_code(t.name)}: the argument {_code(t.key_argument)} "
+                "(one value per operation, the same on a retry)."
+            )
+        elif t.key_from:
+            names = ", ".join(_code(n) for n in t.key_from)
+            lines.append(
+                f"- {_code(t.name)}: derived from {names}. Two calls with equal values of "
+                "these within the retention are one operation; other arguments that differ "
+                "under it are `idempotency_key_conflict`."
+            )
+    if not lines:
+        return []
+    return [
+        "",
+        "**Keys without `idempotencyKey`** (outside SEP-3182): when a call carries no "
+        "`idempotencyKey`, these tools take the key from elsewhere. A call's "
+        "`idempotencyKey` always wins.",
+        "",
+        *lines,
+    ]
 
 
 def _row(t: ToolDoc) -> str:

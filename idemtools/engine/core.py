@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from ..bridges import DERIVED, derived_scope
 from ..errors import (
     ConflictError,
     ErrorCodes,
@@ -212,6 +213,8 @@ class Engine(Lifecycle):
             if check is not None:  # before any record is read: a replay is no bypass
                 await authorize_call(check, call.context, key)
             scope = scope_hash(policy, call.context, key)
+            if call.source == DERIVED:  # a namespace no client-sent key reaches
+                scope = derived_scope(scope)
             fp = fingerprint_of(call, key)
             now = time.time()
             execution = Execution(scope, key, fp, new_owner(now), policy, call.name, now, obs=obs)
@@ -222,7 +225,12 @@ class Engine(Lifecycle):
                 return self._answer_existing(claim.existing, key, fp, policy)
         except RefusedError as exc:
             self.stats.refusals += 1
-            log.info("idempotency refusal %s key_digest=%s", exc.type, digest(call.key))
+            log.info(
+                "idempotency refusal %s key_digest=%s key_source=%s",
+                exc.type,
+                digest(call.key),
+                call.source,
+            )
             return self.refusal(exc)
         return await self._execute(execution, run)
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..bridges import KeySource
 from ..canonical import CanonicalizationError, fingerprint
 from ..errors import (
     ArgumentsInvalidError,
@@ -62,6 +63,8 @@ class ToolCall:
     for a server that holds its tools' functions (`Engine.policy_for(..., by_name=False)`:
     the function's own, a declared name's, or the default). None: a low-level server, which
     can only name the tool, so the registry answers by name, else the default applies.
+    `source` is where the key came from (`idemtools.bridges`): a derived key's record lives in
+    a namespace of its own, and telemetry says which.
     """
 
     name: str
@@ -69,6 +72,7 @@ class ToolCall:
     key: object
     context: CallContext = field(default_factory=CallContext)
     policy: Policy | None = None
+    source: KeySource = "sep"
 
     def __init__(
         self,
@@ -77,6 +81,7 @@ class ToolCall:
         key: object,
         context: CallContext | None = None,
         policy: Policy | None = None,
+        source: KeySource = "sep",
     ) -> None:
         # The generated frozen `__init__` sets each field through `object.__setattr__`; one
         # is built per keyed call, and writing the instance dict directly costs half
@@ -87,6 +92,7 @@ class ToolCall:
         fields["key"] = key
         fields["context"] = CallContext() if context is None else context
         fields["policy"] = policy
+        fields["source"] = source
 
 
 def key_digest(key: str) -> str:

@@ -61,7 +61,8 @@ class Observer(Protocol):
     def listening(self) -> bool:
         """Whether a call beginning now would be seen (asked once per call: keep it cheap)."""
 
-    def begin(self, tool: str, key: object, policy: Policy) -> Watch: ...
+    def begin(self, tool: str, key: object, policy: Policy, source: str = "sep") -> Watch:
+        """`source`: where the key came from (`sep`, `argument`, `derived`: idemtools.bridges)."""
 
 
 class OutcomeHook:
@@ -78,17 +79,20 @@ class OutcomeHook:
     def listening(self) -> bool:
         return True
 
-    def begin(self, tool: str, key: object, policy: Policy) -> _Told:
-        return _Told(self.hook, tool, key, policy)
+    def begin(self, tool: str, key: object, policy: Policy, source: str = "sep") -> _Told:
+        return _Told(self.hook, tool, key, policy, source)
 
 
 class _Told:
     """One call the hook will be told of once its answer is known (never if it has none)."""
 
-    __slots__ = ("executing", "hook", "key", "policy", "start", "tool")
+    __slots__ = ("executing", "hook", "key", "policy", "source", "start", "tool")
 
-    def __init__(self, hook: OnOutcome, tool: str, key: object, policy: Policy) -> None:
+    def __init__(
+        self, hook: OnOutcome, tool: str, key: object, policy: Policy, source: str = "sep"
+    ) -> None:
         self.hook = hook
+        self.source = source
         self.tool = tool
         self.key = key
         self.policy = policy
@@ -109,6 +113,7 @@ class _Told:
             policy=self.policy,
             outcome=outcome if refusal is None else None,
             duration=time.perf_counter() - self.start,
+            key_source=self.source,
         )
         try:
             result = self.hook(self.tool, kind, context)
@@ -186,9 +191,11 @@ async def observed(
     execution for one that ran (it goes on, and ends it, when its caller is cancelled)."""
     obs: Watch
     if len(observers) == 1:  # it listens: the engine asked
-        obs = observers[0].begin(call.name, call.key, policy)
+        obs = observers[0].begin(call.name, call.key, policy, call.source)
     else:
-        watches = [o.begin(call.name, call.key, policy) for o in observers if o.listening()]
+        watches = [
+            o.begin(call.name, call.key, policy, call.source) for o in observers if o.listening()
+        ]
         obs = watches[0] if len(watches) == 1 else _Watches(watches)
     try:
         outcome = await handle(obs)

@@ -240,7 +240,11 @@ async def test_low_level_server_metadata_keeps_its_own_meta() -> None:
         info = await tool_idempotency(session, "transfer")
     assert tools[0].meta == {
         "acme/x": 1,
-        TOOL_META_KEY: {"retentionSeconds": 86400, "scope": "auth_subject"},
+        TOOL_META_KEY: {
+            "retentionSeconds": 86400,
+            "scope": "auth_subject",
+            "keySources": ["sep"],
+        },
     }
     assert info == ToolIdempotency(retention=86400, scope="auth_subject")
     if not SDK2:

@@ -150,7 +150,19 @@ async def test_tool_metadata_follows_fastmcp_names_and_mounts() -> None:
         listed = {
             tool.name: (tool.meta or {}).get(TOOL_META_KEY) for tool in await client.list_tools()
         }
-    assert listed["pay"] == {"retentionSeconds": 1800, "scope": shared.kind}
-    assert listed["child_ship"] == {"retentionSeconds": 7200, "scope": shared.kind}
-    assert listed["child_dispatch"] == {"retentionSeconds": 10800, "scope": shared.kind}
-    assert listed["quote"] == {"retentionSeconds": 86400, "scope": by_client_id.kind}
+    assert listed["pay"] == {"retentionSeconds": 1800, "scope": shared.kind, "keySources": ["sep"]}
+    assert listed["child_ship"] == {
+        "retentionSeconds": 7200,
+        "scope": shared.kind,
+        "keySources": ["sep"],
+    }
+    assert listed["child_dispatch"] == {
+        "retentionSeconds": 10800,
+        "scope": shared.kind,
+        "keySources": ["sep"],
+    }
+    assert listed["quote"] == {
+        "retentionSeconds": 86400,
+        "scope": by_client_id.kind,
+        "keySources": ["sep"],
+    }
