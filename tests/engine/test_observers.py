@@ -42,7 +42,7 @@ class Recorder:
     def listening(self) -> bool:
         return self.listens
 
-    def begin(self, tool: str, key: object, policy: Policy) -> Watched:
+    def begin(self, tool: str, key: object, policy: Policy, source: str = "sep") -> Watched:
         self.log.append((self.name, "begin"))
         return Watched(self.name, self.log)
 
