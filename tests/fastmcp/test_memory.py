@@ -40,7 +40,7 @@ async def test_capability_is_advertised_to_a_fastmcp_client(mode: str) -> None:
     assert app.installation.adapter == "fastmcp"
     async with Client(app.server, mode=mode) as client:
         assert client.protocol_version == MODES[mode]
-        assert advertises_idempotency(client.session)
+        assert await advertises_idempotency(client.session)
         assert client.session.server_capabilities.tools.idempotency == {}
 
 
