@@ -52,7 +52,7 @@ async def charges(session: ClientSession) -> int:
 
 async def scenarios(session: ClientSession) -> None:
     print("0. capability")
-    check(advertises_idempotency(session), "server advertises capabilities.tools.idempotency")
+    check(await advertises_idempotency(session), "server advertises capabilities.tools.idempotency")
 
     print("1. a retry WITHOUT a key charges twice (the problem)")
     before = await charges(session)

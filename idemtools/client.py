@@ -20,11 +20,11 @@ run a retry twice, so the call is refused with `IdempotencyNotSupportedError` un
 `Client`), or an async callable returning one: with a callable, a lost transport is replaced by a
 new connection and the call retried there with the same key.
 
-Importing this module changes nothing a server sees: keys are sent with a request model of the
-client's own (the SDK's `CallToolRequestParams` stays as it is). On mcp 2.x it declares
-`idempotency` on `ToolsCapability`, which the client reads from the server's `initialize` answer
-and which serializes to nothing when unset (`idemtools.adapters.patches`). Import it before
-connecting.
+Importing this module loads only the client side (no engine, store or server adapter) and
+changes nothing a server sees: keys are sent with request models of the client's own (the SDK's
+`CallToolRequestParams` stays as it is), and on mcp 2.x the capability is read through the SDK's
+`ClientSession` alone (`ToolsCapability` stays as it is; see `idemtools.adapters.client_mcp2`).
+Import it before connecting, so that the session keeps the capability the server declares.
 """
 
 from __future__ import annotations
@@ -40,9 +40,16 @@ from typing import Any
 
 import anyio
 
-from ._client_base import ToolIdempotency, advertises_idempotency, new_key
+from ._client_base import (
+    Advertised,
+    ToolIdempotency,
+    advertises,
+    advertises_idempotency,
+    key_digest,
+    new_key,
+)
+from ._client_base import sdk as _sdk
 from .adapters import SDK2
-from .engine import key_digest
 from .errors import (
     IdempotencyNotSupportedError,
     InProgressError,
@@ -53,6 +60,7 @@ from .keyed_session import KeyedSession, RetryKeys
 
 __all__ = [
     "NO_RETRY",
+    "Advertised",
     "KeyedSession",
     "RetryKeys",
     "RetryPolicy",
@@ -65,11 +73,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("idemtools.client")
-
-if SDK2:
-    from .adapters import mcp2 as _sdk
-else:
-    from .adapters import mcp1 as _sdk
 
 
 SessionSource = Any | Callable[[], Awaitable[Any]]
@@ -187,7 +190,7 @@ async def call_tool(
         try:
             current = await _session(session, fresh, current)
             fresh = False
-            if require_capability and not advertises_idempotency(current):
+            if require_capability and not advertises(current):
                 raise _not_supported(name)
             if started is None:
                 started = time.monotonic()

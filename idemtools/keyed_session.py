@@ -46,7 +46,7 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 
-from ._client_base import ToolIdempotency, advertises_idempotency, new_key
+from ._client_base import ToolIdempotency, advertises, new_key, sdk
 from .canonical import CanonicalizationError, fingerprint
 from .errors import IdempotencyNotSupportedError
 
@@ -284,9 +284,7 @@ def _with_key(request: Any, key: str, name: str) -> Any | None:
     params: Any = getattr(root, "params", None)
     if getattr(root, "method", None) != "tools/call" or getattr(params, "name", None) != name:
         return None
-    declared = "idempotency_key" in type(params).model_fields  # idemtools.client may declare it
-    params = params.model_copy(update={"idempotency_key" if declared else "idempotencyKey": key})
-    keyed = root.model_copy(update={"params": params})
+    keyed = sdk.with_key(root, key)  # a client-only request model on 2.x: no SDK class changed
     if root is not request:
         keyed = request.model_copy(update={"root": keyed})
     wire = keyed.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -442,7 +440,7 @@ class KeyedSession:
         outcome: Outcome = "unsent"
         try:  # from here on every exit files the outcome (a reused key survives "unsent")
             target = _client_session(self.wrapped)  # a FastMCP Client raises when disconnected
-            if self.require_capability and not advertises_idempotency(target):
+            if self.require_capability and not advertises(target):
                 raise _not_supported(name)
             _intercept(target)
             deadline = time.monotonic() + self.in_progress_wait

@@ -8,7 +8,8 @@
           title: Idempotency and retention   # its heading (default)
 
 The page is a virtual file: nothing is written into docs/, so it can never go stale in git.
-Each build imports the server modules anew, and `mkdocs serve` watches their files, so editing
+Each build imports the server modules anew, and `mkdocs serve` watches their Python files (not
+the SQLite store or the log a running server writes beside them), so editing
 `@idempotent(retention=...)` refreshes the page in the browser. A server that cannot be loaded
 stops the build with a `PluginError` naming the reference and the reason: a documentation site
 must not publish a retention promise it could not read from the code.
@@ -111,11 +112,31 @@ class IdemtoolsPlugin(BasePlugin[IdemtoolsPluginConfig]):  # type: ignore[no-unt
     def on_serve(
         self, server: LiveReloadServer, /, *, config: MkDocsConfig, builder: Any
     ) -> LiveReloadServer | None:
-        """Rebuild when a documented server's module changes, not only when docs/ does.
+        """Rebuild when a documented server's source changes, not only when docs/ does.
 
-        The module's directory is watched (not the file alone), so editors that save by
-        writing a new file and renaming it over the old one still trigger a rebuild.
+        The Python files beside each server's module are watched, each by its path, never the
+        directory: a server run from the project writes its SQLite store, its journal and its
+        logs there, and a watched directory would rebuild the site on every one of those
+        writes. A file watch still sees an editor that saves by writing a new file and
+        renaming it over the old one (watchdog reports the rename onto the watched path).
         """
-        for path in self._watched:
-            server.watch(os.path.dirname(path), recursive=False)
+        for path in watched_sources(self._watched):
+            server.watch(path, recursive=False)
         return server
+
+
+def watched_sources(modules: list[str]) -> list[str]:
+    """The `.py` files in the directories of `modules` (the documented servers' files)."""
+    found: dict[str, None] = {}
+    for module in modules:
+        folder = os.path.dirname(module)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            names = []
+        for name in names:
+            path = os.path.join(folder, name)
+            if name.endswith(".py") and os.path.isfile(path):
+                found[path] = None
+        found.setdefault(module, None)
+    return list(found)

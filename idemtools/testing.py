@@ -122,7 +122,7 @@ async def assert_protected(
     advertised = False
     refused: RefusedError | None = None
     async with connect(server) as session:
-        advertised = advertises_idempotency(session)
+        advertised = await advertises_idempotency(session)
         if advertised:
             try:
                 first = await call_tool(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,95 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if folder in SDK_FREE_DIRS and item.get_closest_marker("sdk") is None:
             item.add_marker(pytest.mark.sdk_free)
+
+
+# -- what was NOT tested, said loudly (issue 19 item 8) ---------------------------------------
+
+_ROOT = _TESTS.parent
+
+EXTRAS: dict[str, tuple[str, str]] = {
+    "fastmcp": ("fastmcp", "fastmcp 4.x runs on mcp 2.x only; 4.2 needs mcp >= 2.3"),
+    "agents": ("openai-agents", "the OpenAI Agents SDK integration"),
+    "openai-agents": ("openai-agents", "the OpenAI Agents SDK integration"),
+    "pydantic_ai": ("pydantic-ai", "the pydantic-ai integration (on fastmcp 4.x)"),
+    "pydantic-ai": ("pydantic-ai", "the pydantic-ai integration (on fastmcp 4.x)"),
+    "langchain": ("langchain", "langchain-mcp-adapters requires mcp < 2: the mcp 1.x CI leg"),
+    "langgraph": ("langchain", "langchain-mcp-adapters requires mcp < 2: the mcp 1.x CI leg"),
+}
+"""A missing framework named in a skip reason → (the extra that installs it, a note)."""
+
+_MISSING = ("not installed", "could not import", "no module named")
+
+
+def _suite(nodeid: str) -> str:
+    """The unit a reader thinks in: tests/fastmcp as one, any other file by itself."""
+    path = nodeid.split("::", 1)[0]
+    return "tests/fastmcp" if path.startswith("tests/fastmcp/") else path
+
+
+def _test_functions(path: str) -> int:
+    import ast
+
+    try:
+        tree = ast.parse((_ROOT / path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return 0
+    return sum(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
+        for node in ast.walk(tree)
+    )
+
+
+@dataclass
+class _Untested:
+    modules: set[str] = field(default_factory=set)
+    tests: int = 0
+    reasons: dict[str, None] = field(default_factory=dict)  # ordered, unique
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def not_tested(reports: list[pytest.TestReport | pytest.CollectReport]) -> list[str]:
+    """The lines of the NOT TESTED section: skips for a missing framework, by suite.
+
+    A module skipped whole (`importorskip` at its top) counts as a module and its test
+    functions (parametrized cases not expanded: they were never collected); a skipped test
+    counts as a test.
+    """
+    found: dict[str, _Untested] = {}
+    for report in reports:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else ""
+        reason = str(reason).removeprefix("Skipped: ")
+        if not any(word in reason.lower() for word in _MISSING):
+            continue
+        entry = found.setdefault(_suite(report.nodeid), _Untested())
+        if isinstance(report, pytest.CollectReport):
+            path = report.nodeid.split("::", 1)[0]
+            entry.modules.add(path)
+            entry.tests += _test_functions(path)
+        else:
+            entry.tests += 1
+        entry.reasons[reason] = None
+    lines = []
+    for suite, entry in sorted(found.items()):
+        count = _plural(entry.tests, "test")
+        if entry.modules:
+            count += f" in {_plural(len(entry.modules), 'module')}"
+        lines.append(f"NOT TESTED: {suite} ({count}): {'; '.join(entry.reasons)}")
+        text = " ".join(entry.reasons).lower()
+        extras = {extra: note for name, (extra, note) in EXTRAS.items() if name in text}
+        for extra, note in extras.items():
+            lines.append(f"    install with: .venv/bin/pip install -e '.[{extra}]'  ({note})")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say what a green run did not test because a framework was missing (never silently)."""
+    lines = not_tested(list(terminalreporter.stats.get("skipped", [])))
+    if lines:
+        terminalreporter.section("NOT TESTED (a framework is not installed)", sep="!", red=True)
+        for line in lines:
+            terminalreporter.write_line(line, red=True, bold=True)

@@ -89,7 +89,7 @@ def test_current_directory_is_importable(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert "`send_email`" in done.stdout
+    assert '<code style="white-space: nowrap">send_email</code>' in done.stdout
 
 
 def test_unwritable_output_exits_1(tmp_path: Path) -> None:

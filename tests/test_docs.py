@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from idemtools import (
     AuthInfo,
@@ -49,6 +51,8 @@ from idemtools.docs import (
     render_markdown,
     render_page,
 )
+from idemtools.docs.model import first_retry_after_ms
+from idemtools.docs.render import _unbroken
 from idemtools.errors import ErrorCodes as _Codes
 
 FIXTURE = "tests.fixtures_docs.server:server"
@@ -90,22 +94,27 @@ async def test_every_policy_field_appears() -> None:
     doc = await _fixture_doc()
     text = render_markdown(doc)
     tools = text.split("## Tools")[1].split("## ")[0]
-    rows = {line.split(" | ")[0][2:]: line for line in tools.splitlines() if line.startswith("| `")}
+    rows = {line.split(" | ")[0][2:]: line for line in tools.splitlines() if line.startswith("| <")}
     expected = {
         # tool cell: (retention, lease, scope, transactional)
-        "`charge`": (
+        nb("charge"): (
             "7 days (604800 s)",
             "2 minutes (120 s)",
             nb("by_auth_subject"),
             "requested, but this store has no transactions",
         ),
-        "`send_email`": (
+        nb("send_email"): (
             "1 hour 30 minutes (5400 s)",
             "30.5 seconds",
             r"per session (the session the SDK holds), else per tenant (the X-Tenant \| header)",
             "no",
         ),
-        "`ping` *(server default)*": ("36 hours (129600 s)", "45 seconds", nb("local_user"), "no"),
+        nb("ping") + " *(server default)*": (
+            "36 hours (129600 s)",
+            "45 seconds",
+            nb("local_user"),
+            "no",
+        ),
     }
     assert "| Tool | Retention | Lease | Scope | Transactional |" in text
     for name, fields in expected.items():
@@ -118,6 +127,38 @@ async def test_every_policy_field_appears() -> None:
     assert "256 MiB of records (`max_bytes`) and 100,000 live records" in text
     assert '"idempotencyKey": "5f0c6f0e-' in text and '"method": "tools/call"' in text
     assert '_meta["io.github.idemtools/replayed"]' in text  # the fixture sets mark_replays
+
+
+async def test_the_in_progress_example_shows_the_servers_real_retry_after() -> None:
+    """Not a made-up 250: the engine's rule for the example's tool, at the engine's cap."""
+    doc = await _fixture_doc()
+    text = render_markdown(doc)
+    charge = next(t for t in doc.tools if t.name == "charge")  # lease 120 s, cap 1 s
+    assert charge.lease_seconds == 120 and doc.max_retry_after_seconds == 1.0
+    assert '"retryAfterMs": 1000' in text and "250" not in text.split("## Errors")[0]
+    short = dataclasses.replace(
+        doc,
+        tools=tuple(dataclasses.replace(t, lease_seconds=0.5) for t in doc.tools),
+        max_retry_after_seconds=2.0,
+    )
+    assert '"retryAfterMs": 125' in render_markdown(short)  # a quarter of a 0.5 s lease
+    assert "125 ms for " + nb("charge") in render_markdown(short)
+
+
+@given(
+    lease=st.floats(min_value=0, max_value=1e6, allow_nan=False),
+    cap=st.floats(min_value=0, max_value=1e4, allow_nan=False),
+)
+def test_the_pages_retry_after_is_the_engines(lease: float, cap: float) -> None:
+    from idemtools.engine.decision import retry_after_ms
+
+    assert first_retry_after_ms(lease, cap) == retry_after_ms(lease, lease, cap)
+
+
+def test_tool_names_never_break_inside_the_identifier() -> None:
+    """Narrow screens: a tool name is one unbreakable piece of code (and `|` stays in it)."""
+    assert _unbroken("send_email") == '<code style="white-space: nowrap">send_email</code>'
+    assert _unbroken("a|b<c") == '<code style="white-space: nowrap">a&#124;b&lt;c</code>'
 
 
 async def test_json_carries_the_same_fields() -> None:

@@ -130,7 +130,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "engine": {"stores.base", "lease_keeper", "telemetry", "foundation"},
     "adapters": {"engine", "foundation"},
     "installation": {"engine", "adapters", "stores.base", "stores", "telemetry", "foundation"},
-    "client": {"adapters", "engine", "foundation"},
+    "client": {"adapters", "foundation"},  # the client halves of the adapters: no engine
     "keys": {"engine", "stores.base", "foundation"},
     "docs": {"installation", "stores.base", "foundation"},
     "conformance": {"conformance.server"},  # add_fixture_tools only, lazily (see its rule)

@@ -173,7 +173,11 @@ def test_rebuild_reimports_and_serve_watches(tmp_path: Path) -> None:
         assert "7 days" in _text(page)
         fake = _FakeLiveReload()
         config.plugins.on_serve(fake, config=config, builder=lambda: None)
-        assert fake.watched == [(str(module.parent), False)]
+        # The package's Python files, each by path; never the directory (see the test below).
+        assert fake.watched == [
+            (str(module.parent / "__init__.py"), False),
+            (str(module), False),
+        ]
         module.write_text(module.read_text().replace("days=7", "days=9"))
         build_once()  # mkdocs serve rebuilds in the same process: must see the edit
         assert "9 days" in _text(page) and "7 days" not in _text(page)
@@ -234,3 +238,49 @@ def test_mkdocs_serve_refreshes_when_the_server_module_changes(tmp_path: Path) -
             serve.kill()
             _, err = serve.communicate()
     assert "Watching paths for changes" in err and "userapp" in err
+
+
+def test_serve_rebuilds_on_a_source_edit_but_not_on_a_store_or_log_write(tmp_path: Path) -> None:
+    """A server run from the project writes its SQLite store and logs beside its module:
+    mkdocs serve's real watcher must not rebuild on those writes, and must on a source edit
+    (an editor's atomic save: a new file renamed over the module)."""
+    require_mkdocs()
+    from mkdocs.commands.build import build
+    from mkdocs.config import load_config
+    from mkdocs.livereload import LiveReloadServer
+
+    config_file = user_site(tmp_path, package="watched_app")
+    module = tmp_path / "watched_app" / "server.py"
+    try:
+        config = load_config(config_file=str(config_file), site_dir=str(tmp_path / "site"))
+        build(config)
+        server = LiveReloadServer(lambda: None, "127.0.0.1", 0, str(tmp_path / "site"))
+        config.plugins.on_serve(server, config=config, builder=lambda: None)
+        server.observer.start()
+        try:
+
+            def rebuild_wanted(within: float) -> bool:
+                deadline = time.monotonic() + within
+                while time.monotonic() < deadline:  # bounded: at most `within` seconds
+                    if server._want_rebuild:
+                        return True
+                    time.sleep(0.05)
+                return False
+
+            time.sleep(0.3)  # the observer's watches are in place
+            for name in ("payments.db", "payments.db-wal", "payments.db-journal", "server.log"):
+                (module.parent / name).write_bytes(b"written by a running server")
+            with (module.parent / "payments.db").open("ab") as db:
+                db.write(b"another page")
+            assert not rebuild_wanted(1.0), "a store or log write rebuilt the site"
+            staged = module.with_suffix(".py.tmp")
+            staged.write_text(module.read_text().replace("days=7", "days=8"))
+            os.replace(staged, module)
+            assert rebuild_wanted(5.0), "an edit of the server module did not rebuild"
+        finally:
+            server.observer.stop()
+            server.observer.join(timeout=5)
+    finally:
+        for name in [m for m in sys.modules if m.startswith("watched_app")]:
+            del sys.modules[name]
+        sys.path[:] = [p for p in sys.path if p != str(tmp_path)]

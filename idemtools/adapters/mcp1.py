@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -326,52 +325,3 @@ def adapt(
         transport_owners=(server, lowlevel),
         by_name=tool_manager is None,
     )
-
-
-# -- client side -------------------------------------------------------------------------------
-
-# The answer was lost and the call may have run (a timeout; -32800 "Request cancelled", which an
-# mcp 2.x server sends to a 2025-era request while its execution goes on): same key again.
-REQUEST_CANCELLED = -32800
-UNKNOWN_OUTCOME_CODES = frozenset({408, -32001, REQUEST_CANCELLED})
-CONNECTION_CLOSED_CODES = frozenset({types.CONNECTION_CLOSED})
-
-
-async def send_call(
-    session: Any, name: str, arguments: dict[str, Any] | None, key: str, read_timeout: float | None
-) -> types.CallToolResult:
-    """Send one keyed `tools/call`; `ClientSession.call_tool` cannot carry extra params.
-
-    No patch needed: 1.x params keep unknown fields, so the key rides as an extra."""
-    params = types.CallToolRequestParams.model_validate(
-        {"name": name, "arguments": arguments, _fields.WIRE_NAME: key}
-    )
-    request = types.ClientRequest(types.CallToolRequest(method="tools/call", params=params))
-    wait = timedelta(seconds=read_timeout) if read_timeout is not None else None
-    result: types.CallToolResult = await session.send_request(
-        request, types.CallToolResult, request_read_timeout_seconds=wait
-    )
-    return result
-
-
-def advertises(session: Any) -> bool:
-    """Whether the connected server declared `capabilities.tools.idempotency`."""
-    caps = session.get_server_capabilities()
-    tools = caps.tools if caps is not None else None
-    return tools is not None and (tools.model_extra or {}).get("idempotency") is not None
-
-
-def rpc_error(exc: BaseException) -> tuple[int, str, object] | None:
-    """(code, message, data) of a JSON-RPC error the client raised, else None."""
-    if isinstance(exc, McpError):
-        return exc.error.code, exc.error.message, exc.error.data
-    return None
-
-
-async def list_tools_page(session: Any, cursor: str | None) -> tuple[list[Any], str | None]:
-    """One page of `tools/list`: (tools, next cursor). Sent raw: `list_tools` changed its
-    signature within the 1.x line."""
-    params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-    request = types.ClientRequest(types.ListToolsRequest(method="tools/list", params=params))
-    result: types.ListToolsResult = await session.send_request(request, types.ListToolsResult)
-    return list(result.tools), result.nextCursor

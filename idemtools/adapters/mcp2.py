@@ -17,7 +17,6 @@ retries across eras still gets a well-formed answer and never a second execution
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -570,67 +569,3 @@ async def _listed_tools(
         if cursor is None:
             break
     return listed
-
-
-# -- client side -------------------------------------------------------------------------------
-
-# The answer was lost and the call may have run (a timeout; -32800 "Request cancelled", which an
-# mcp 2.x server sends to a 2025-era request while its execution goes on): same key again.
-REQUEST_CANCELLED = -32800
-UNKNOWN_OUTCOME_CODES = frozenset({408, types.REQUEST_TIMEOUT, REQUEST_CANCELLED})
-CONNECTION_CLOSED_CODES = frozenset({types.CONNECTION_CLOSED})
-
-
-@functools.cache
-def _keyed_request_models() -> tuple[Any, Any]:
-    """`CallToolRequestParams` / `CallToolRequest` subclasses that carry `idempotencyKey`."""
-    from pydantic import Field
-
-    class KeyedParams(types.CallToolRequestParams):
-        idempotency_key: str | None = Field(default=None, alias="idempotencyKey")
-
-    class KeyedRequest(types.CallToolRequest):
-        params: KeyedParams
-
-    return KeyedParams, KeyedRequest
-
-
-async def send_call(
-    session: Any, name: str, arguments: dict[str, Any] | None, key: str, read_timeout: float | None
-) -> types.CallToolResult:
-    """Send one keyed `tools/call`; `call_tool` cannot carry extra params.
-
-    Sent as a subclass of the SDK's request that declares the key, so the client patches no
-    SDK class (a server in the same process parses requests exactly as before)."""
-    session = getattr(session, "session", session)  # a `Client` holds its ClientSession
-    params_cls, request_cls = _keyed_request_models()
-    params = params_cls.model_validate(
-        {"name": name, "arguments": arguments, _fields.WIRE_NAME: key}, by_name=False
-    )
-    result: types.CallToolResult = await session.send_request(
-        request_cls(params=params),
-        types.CallToolResult,
-        request_read_timeout_seconds=read_timeout,
-    )
-    return result
-
-
-def advertises(session: Any) -> bool:
-    """Whether the connected server declared `capabilities.tools.idempotency`."""
-    caps = getattr(session, "server_capabilities", None)
-    tools = getattr(caps, "tools", None)
-    return getattr(tools, "idempotency", None) is not None
-
-
-def rpc_error(exc: BaseException) -> tuple[int, str, object] | None:
-    """(code, message, data) of a JSON-RPC error the client raised, else None."""
-    if isinstance(exc, MCPError):
-        return exc.error.code, exc.error.message, exc.error.data
-    return None
-
-
-async def list_tools_page(session: Any, cursor: str | None) -> tuple[list[Any], str | None]:
-    """One page of `tools/list`: (tools, next cursor)."""
-    session = getattr(session, "session", session)  # a `Client` holds its ClientSession
-    result = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor))
-    return list(result.tools), result.next_cursor

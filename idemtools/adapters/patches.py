@@ -2,14 +2,15 @@
 
 Why one module: a patched class is process-wide, so what idemtools changed must be easy to see
 and to account for. Each patch records itself in `applied_patches()` the first time it runs;
-running it again changes nothing. The server adapters apply them from `install()`; the client
-(`idemtools.client`) applies none when imported: only what a call it makes needs.
+running it again changes nothing. The server adapters apply them from `install()`. The client
+(`idemtools.client`) changes no class or model a server uses: its one patch is on the SDK's
+`ClientSession` (`client_mcp2.observe_capabilities`, recorded here through `record_client_patch`).
 
 - `declare_key_field()`: `idempotencyKey` (attribute `idempotency_key`) on the installed SDK's
   `CallToolRequestParams`, and the models that embed it rebuilt (see `_fields`).
-- `declare_capability_field()` (mcp 2.x): `idempotency` on `ToolsCapability`, so a client can
-  read `capabilities.tools.idempotency` (the typed model drops unknown keys). It serializes to
-  nothing when unset: a server without idemtools still sends what it sent before.
+- `declare_capability_field()` (mcp 2.x): `idempotency` on `ToolsCapability`. Nothing in
+  idemtools applies it any more (the client reads the capability through `ClientSession` alone,
+  `client_mcp2`); kept for code that called it. It serializes to nothing when unset.
 - `bypass_response_cache(keyed)` (FastMCP): `ResponseCachingMiddleware.on_call_tool` steps aside
   while `keyed()` is true, so a keyed call is never answered from, or written to, the cache.
 """
@@ -27,6 +28,7 @@ __all__ = [
     "bypass_response_cache",
     "declare_capability_field",
     "declare_key_field",
+    "record_client_patch",
 ]
 
 _APPLIED: dict[str, str] = {}
@@ -43,6 +45,11 @@ def _record(name: str, what: str) -> bool:
         return False
     _APPLIED[name] = what
     return True
+
+
+def record_client_patch(name: str, what: str) -> bool:
+    """For the client halves (`client_mcp2`): record a client-side patch; True the first time."""
+    return _record(name, what)
 
 
 def declare_key_field() -> None:

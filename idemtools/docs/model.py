@@ -11,6 +11,7 @@ SDK line `install()` supports.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ __all__ = [
     "ToolDoc",
     "describe",
     "document",
+    "first_retry_after_ms",
     "format_duration",
 ]
 
@@ -105,6 +107,8 @@ class ServerDoc:
     max_key_length: int
     max_outcome_bytes: int
     mark_replays: bool
+    max_retry_after_seconds: float = 1.0
+    """The engine's cap on `retryAfterMs` (`Engine(max_retry_after=)`)."""
 
 
 # (meaning, what a client should do). Every ErrorCodes field must have an entry: a test checks.
@@ -280,7 +284,19 @@ def document(
         max_key_length=engine.max_key_length,
         max_outcome_bytes=engine.max_outcome_bytes,
         mark_replays=engine.mark_replays,
+        max_retry_after_seconds=float(getattr(engine, "max_retry_after", 1.0)),
     )
+
+
+def first_retry_after_ms(lease: float, cap: float) -> int:
+    """`retryAfterMs` of an in-progress refusal just after the first call claimed its key.
+
+    The engine's rule (`engine.decision.retry_after_ms`: a quarter of the lease, at most the
+    engine's cap, never past the lease's end) with the whole lease still ahead; later in the
+    lease it only shrinks. Written here because the docs import no engine; a test holds the two
+    equal.
+    """
+    return max(1, math.ceil(min(max(lease, 0.0) / 4, cap) * 1000))
 
 
 def _store_doc(info: StoreInfo) -> StoreDoc:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..scopes import TRANSPORTS
 from .examples import EXAMPLE_KEY
-from .model import ServerDoc, ToolDoc, _number
+from .model import ServerDoc, ToolDoc, _number, first_retry_after_ms
 
 __all__ = ["EXAMPLE_WIDTH", "JSON_SCHEMA", "render_json", "render_markdown", "render_page"]
 
@@ -145,6 +145,8 @@ def render_markdown(doc: ServerDoc, *, title: str | None = None, level: int = 1)
         _example_in_progress(doc),
         "```",
         "",
+        _retry_after_words(doc),
+        "",
         f"{hh} Errors a client may see",
         "",
         "Read `error.data.type`; the codes are this server's configuration.",
@@ -191,7 +193,7 @@ def _bridge_lines(doc: ServerDoc) -> list[str]:
 def _row(t: ToolDoc) -> str:
     source = "" if t.policy == "own" else f" *({t.policy})*"
     return (
-        f"| {_code(t.name)}{source} | {_with_seconds(t.retention, t.retention_seconds)} "
+        f"| {_unbroken(t.name)}{source} | {_with_seconds(t.retention, t.retention_seconds)} "
         f"| {_with_seconds(t.lease, t.lease_seconds)} | {_scope_label(t.scope_name)} "
         f"| {_cell(t.transactional)} |"
     )
@@ -202,8 +204,10 @@ _SCOPE_NAMES = re.compile(r"[A-Za-z_]\w*(?: [|&] [A-Za-z_]\w*)*")
 
 def _unbroken(identifier: str) -> str:
     """Code that a narrow table column does not break mid-word (mkdocs-material breaks code
-    anywhere, which turns `idempotency_key_invalid` into three unreadable pieces)."""
-    return f'<code style="white-space: nowrap">{html.escape(identifier)}</code>'
+    anywhere, which turns `idempotency_key_invalid` or a tool's name into unreadable pieces):
+    tool names, error types and scope names. Safe in a table cell (`|` is escaped too)."""
+    text = html.escape(identifier).replace("|", "&#124;")
+    return f'<code style="white-space: nowrap">{text}</code>'
 
 
 def _scope_label(name: str) -> str:
@@ -236,9 +240,13 @@ def _with_seconds(text: str, seconds: float) -> str:
     return text if text == plain else f"{text} ({_number(seconds)} s)"
 
 
-def _example_request(doc: ServerDoc) -> str:
+def _example_tool(doc: ServerDoc) -> ToolDoc | None:
     # A tool with a known schema, so `arguments` is a request its server would accept.
-    tool = next((t for t in doc.tools if t.example_arguments is not None), None)
+    return next((t for t in doc.tools if t.example_arguments is not None), None)
+
+
+def _example_request(doc: ServerDoc) -> str:
+    tool = _example_tool(doc)
     name = tool.name if tool else (doc.tools[0].name if doc.tools else "tool_name")
     arguments = tool.example_arguments if tool and tool.example_arguments is not None else {}
     request = {
@@ -271,8 +279,26 @@ def _example_json(value: Any) -> str:
     return "\n".join(lines)
 
 
+def _in_progress_tool(doc: ServerDoc) -> ToolDoc:
+    """The tool the in-progress example is about: the request example's, else the default."""
+    tool = _example_tool(doc)
+    return tool if tool is not None else (doc.tools[0] if doc.tools else doc.default)
+
+
+def _retry_after_words(doc: ServerDoc) -> str:
+    tool = _in_progress_tool(doc)
+    ms = first_retry_after_ms(tool.lease_seconds, doc.max_retry_after_seconds)
+    subject = _unbroken(tool.name) if tool is not doc.default else "a tool with the default policy"
+    return (
+        "`retryAfterMs` is a quarter of the tool's lease, at most "
+        f"{_number(doc.max_retry_after_seconds * 1000)} ms, and never later than the lease's "
+        f"end: {ms} ms for {subject} while its first call has just started, less later on."
+    )
+
+
 def _example_in_progress(doc: ServerDoc) -> str:
     codes = {e.type: e.code for e in doc.errors}
+    tool = _in_progress_tool(doc)
     response = {
         "jsonrpc": "2.0",
         "id": 2,
@@ -282,7 +308,9 @@ def _example_in_progress(doc: ServerDoc) -> str:
             "data": {
                 "type": "idempotency_key_in_progress",
                 "idempotencyKey": EXAMPLE_KEY,
-                "retryAfterMs": 250,
+                "retryAfterMs": first_retry_after_ms(
+                    tool.lease_seconds, doc.max_retry_after_seconds
+                ),
             },
         },
     }

@@ -95,7 +95,9 @@ def _flag(name: str, value: str) -> bool:
 def from_url(url: str, **options: Any) -> Store:
     """Build a store from a URL, so operators choose it in configuration, not code.
 
-    `memory://` (the default embedded store), `sqlite:///path/to/file.db`,
+    `memory://` (the default embedded store), `sqlite:///path/to/file.db` (the path is
+    everything between `sqlite://` and `?`, as written: three slashes absolute, two relative,
+    unlike SQLAlchemy; see docs/stores.md, "`sqlite:` URLs"),
     `redis://host:port/db` (also `rediss://`, `unix://`; `redis+cluster://host:port` for a Redis
     Cluster, any one node), `postgresql://user@host/db` (its schema
     must exist: see `PostgresStore.create_schema`). idemtools' own settings may ride in the

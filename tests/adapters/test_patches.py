@@ -63,8 +63,8 @@ def test_importing_the_client_leaves_what_a_server_parses_unpatched() -> None:
     assert seen["declared"] is False  # the server's request model: as the SDK ships it
     assert seen["typed"] is None
     assert seen["cache_patched"] in (None, False)  # FastMCP's response cache untouched
-    # mcp 2.x: only the capability field the client reads, which serializes to nothing unset.
-    assert seen["applied"] == (["capability_field"] if SDK2 else [])
+    # mcp 2.x: only the client's own class (ClientSession keeps the capability it reads).
+    assert seen["applied"] == (["client_capability"] if SDK2 else [])
 
 
 def test_the_capability_field_adds_nothing_to_a_server_without_idemtools() -> None:

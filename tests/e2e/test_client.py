@@ -38,7 +38,7 @@ def text_of(result: Any) -> str:
 async def test_new_keys_are_new_operations_and_capability_read() -> None:
     app = make_app()
     async with session_for(app) as session:
-        assert advertises_idempotency(session)
+        assert await advertises_idempotency(session)
         a = await call_tool(session, "charge", {"amount": 3}, idempotency_key=new_key())
         b = await call_tool(session, "charge", {"amount": 3}, idempotency_key=new_key())
     assert text_of(a) == "charged 3 usd #1" and text_of(b) == "charged 3 usd #2"  # new keys

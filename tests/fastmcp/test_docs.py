@@ -58,5 +58,5 @@ def test_mkdocs_plugin_documents_a_fastmcp_server(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "site" / "retention" / "index.html").read_text(encoding="utf-8")
     for name in (*OWN, "quote", "ledger"):
-        assert f"<code>{name}</code>" in page, name
+        assert f'<code style="white-space: nowrap">{name}</code>' in page, name
     assert "3 days" in page  # refund_payment's own retention, found through name=

@@ -38,7 +38,7 @@ async def test_example_server_over_stdio(mode: str, era: str) -> None:
     transport = StdioTransport(command=sys.executable, args=[str(EXAMPLE)], cwd=str(ROOT))
     async with Client(transport, mode=mode, timeout=60) as client:
         assert client.protocol_version == era
-        assert advertises_idempotency(client.session)
+        assert await advertises_idempotency(client.session)
 
         async def keyed(name: str, arguments: dict[str, Any], key: str) -> str:
             result = await call_tool(

@@ -4,6 +4,7 @@ the upstream's own `tools/list` (real upstream processes, stdio and HTTP)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -39,7 +40,9 @@ def docs(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
 def test_page_has_every_upstream_tool_with_its_retention_from_the_config(tmp_path: Path) -> None:
     done = docs(tmp_path, "--", *upstream_argv(tmp_path / "log"))
     assert done.returncode == 0, done.stderr
-    rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines()
+    # Tool names are unbreakable code on the page; read them back as plain `code`.
+    page = re.sub(r'<code style="white-space: nowrap">(.*?)</code>', r"`\1`", done.stdout)
+    rows = {line.split("|")[1].strip(): line for line in page.splitlines()
             if line.startswith("| `") and " *(" in line}  # fmt: skip
     assert set(rows) == {
         "`record` *(server default)*",
