@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from .. import bridges
 from ..engine import Engine, ToolCall
+from ..engine.runtime import cancel_pending
 from ..errors import InstallError
 from ..outcome import Outcome
 from ..policy import TOOL_META_KEY, Policy, policy_of
@@ -398,7 +399,10 @@ class IdempotencyMiddleware:
             outcome = await decide(self.engine, call, run)
         else:
             outcome = await self.engine.handle(call, run)
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        # A client that cancelled already got its answer from the SDK; don't answer twice.
+        # Asked first without a checkpoint (issue 18 item 7: ~11 k instructions less).
+        if cancel_pending():
+            await anyio.lowlevel.checkpoint_if_cancelled()
         if outcome.error is not None:
             error = outcome.error
             raise MCPError(error["code"], error["message"], error.get("data"))
