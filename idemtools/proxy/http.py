@@ -412,17 +412,7 @@ class HttpProxy:
                 await send({"type": "http.response.body", "body": refused.body})
                 return
             data = _dumps(reply)
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(data)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": data})
+            await _whole(send, 200, b"application/json", data)
             return
         await send(
             {
@@ -502,17 +492,7 @@ class HttpProxy:
                 await _plain(send, 202, b"")
                 return
             data = _dumps([reply for reply, _ in answers])
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(data)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": data})
+            await _whole(send, 200, b"application/json", data)
             return
         await send(
             {
@@ -643,12 +623,17 @@ async def _until_disconnect(stream: Awaitable[None], receive: Receive) -> None:
 
 
 async def _plain(send: Send, status: int, body: bytes) -> None:
+    await _whole(send, status, b"text/plain", body)
+
+
+async def _whole(send: Send, status: int, content_type: bytes, body: bytes) -> None:
+    """One response sent whole (not a stream), with its length."""
     await send(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", b"text/plain"),
+                (b"content-type", content_type),
                 (b"content-length", str(len(body)).encode()),
             ],
         }
