@@ -274,8 +274,9 @@ def canonicalize(value: Any) -> bytes:
         CanonicalizationError: NaN or infinity, a non-JSON type, keys of mixed types, or a
             circular reference.
     """
-    out = _orjson(value)
-    if out is None:  # big int, lone surrogate, non-string key or other type: exact path
+    try:  # `_orjson`, inline: every keyed call has a fingerprint
+        out = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except TypeError:  # big int, lone surrogate, non-string key or other type: exact path
         return _exact(value, string_keys=False)
     fast = _respell(out)
     return fast if fast is not None else _exact(value, string_keys=True)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import threading
 import time
@@ -57,7 +56,6 @@ class Lease:
         "deadline",
         "done",
         "due",
-        "ident",
         "key",
         "lease",
         "loop",
@@ -71,15 +69,15 @@ class Lease:
 
     def __init__(
         self,
-        ident: int,
         scope: str,
         key: str,
         owner: str,
         lease: float,
         due: float,
         loop: asyncio.AbstractEventLoop | None,
+        deadline: float | None = None,
+        tool: str = "",
     ) -> None:
-        self.ident = ident
         self.scope = scope
         self.key = key
         self.owner = owner
@@ -98,9 +96,9 @@ class Lease:
         # engine clears it again while it records the outcome.
         self.claimed = False
         # time.monotonic() past which it is no longer renewed (the policy's max_runtime), and
-        # the tool it runs, for the engine's ERROR; set by `hold`.
-        self.deadline: float | None = None
-        self.tool = ""
+        # the tool it runs, for the engine's ERROR.
+        self.deadline = deadline
+        self.tool = tool
 
 
 class LeaseKeeper:
@@ -139,8 +137,7 @@ class LeaseKeeper:
         self._on_error = on_error
         self._on_lapse = on_lapse if on_lapse is not None else _log_lapse
         self._lock = threading.Lock()
-        self._live: dict[int, Lease] = {}
-        self._ids = itertools.count()
+        self._live: set[Lease] = set()  # by identity: a claim's Lease is its own handle
         self._target: float | None = None  # when the thread wakes next by itself
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -161,7 +158,6 @@ class LeaseKeeper:
         key: str,
         owner: str,
         lease: float,
-        *,
         max_runtime: float | None = None,
         tool: str = "",
     ) -> Lease:
@@ -172,15 +168,21 @@ class LeaseKeeper:
         except RuntimeError:  # trio: no asyncio loop to fall back to
             loop = None
         now = time.monotonic()
-        held = Lease(next(self._ids), scope, key, owner, lease, now + lease / 3, loop)
-        if max_runtime is not None:
-            held.deadline = now + max_runtime
-        held.tool = tool
-        due = held.due
+        due = now + lease / 3
+        held = Lease(
+            scope,
+            key,
+            owner,
+            lease,
+            due,
+            loop,
+            None if max_runtime is None else now + max_runtime,
+            tool,
+        )
         with self._lock:
             if self._closing:
                 return held  # shutting down: the engine refuses new calls; nothing to renew
-            self._live[held.ident] = held
+            self._live.add(held)
             wake = self._target is None or due < self._target
             if wake:
                 self._target = due
@@ -221,7 +223,7 @@ class LeaseKeeper:
         """Stop renewing: the call ended (its outcome is about to be recorded, or released)."""
         held.done = True
         with self._lock:
-            self._live.pop(held.ident, None)
+            self._live.discard(held)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the thread (after renewals under way end) and close its store connection."""
@@ -260,15 +262,15 @@ class LeaseKeeper:
                         self._loop = self._wake = None
                         break
                     now = time.monotonic()
-                    due = [h for h in self._live.values() if h.due <= now and not h.renewing]
+                    due = [h for h in self._live if h.due <= now and not h.renewing]
                     overrun = [h for h in due if h.deadline is not None and now >= h.deadline]
                     for held in overrun:  # past max_runtime: no more renewals
-                        self._live.pop(held.ident, None)
+                        self._live.discard(held)
                         due.remove(held)
                     for held in due:
                         held.due = now + held.lease / 3
                         held.renewing = True
-                    target = min((h.due for h in self._live.values()), default=None)
+                    target = min((h.due for h in self._live), default=None)
                     if target is None:
                         idle_since = now if idle_since is None else idle_since
                         target = now + IDLE_EXIT

@@ -286,7 +286,7 @@ def test_every_gap_longer_than_the_lease_is_reported_once_with_its_lag(
         on_error=lambda _held, _exc: None,
         on_lapse=lambda _held, late: lapses.append(late),
     )
-    held = Lease(0, "s", "k", "o1", lease, 0.0, None)
+    held = Lease("s", "k", "o1", lease, 0.0, None)
     held.claimed = True
     now = held.renewed_at = 1000.0
     for gap in gaps:

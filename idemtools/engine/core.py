@@ -232,7 +232,10 @@ class Engine(Lifecycle):
                 call.source,
             )
             return self.refusal(exc)
-        return await self._execute(execution, run)
+        started = self._execute(execution, run)
+        if isinstance(started, Outcome):  # finished at once (see `runtime.protect`)
+            return started
+        return await started
 
     def _answer_existing(self, record: Record, key: str, fp: str, policy: Policy) -> Outcome:
         try:
@@ -262,13 +265,9 @@ class Engine(Lifecycle):
         """
         # The keeper holds the lease from before the claim is sent: if this event loop blocks
         # between the claim landing and this coroutine seeing the answer, it is renewed anyway.
+        policy = ex.policy
         held = ex.held = self.keeper.hold(
-            ex.scope,
-            ex.key,
-            ex.owner,
-            ex.policy.lease,
-            max_runtime=ex.policy.max_runtime,
-            tool=ex.tool,
+            ex.scope, ex.key, ex.owner, policy.lease, policy.max_runtime, ex.tool
         )
         # The execution counts from here, so that `drain()` waits for a claim still on its way
         # to the store (and the store is not closed under its answer).
@@ -380,13 +379,13 @@ class Engine(Lifecycle):
 
     # -- the one execution ----------------------------------------------------------------------
 
-    def _execute(self, ex: Execution, run: Run) -> Awaitable[Outcome]:
+    def _execute(self, ex: Execution, run: Run) -> Outcome | Awaitable[Outcome]:
         self.stats.executions += 1
         if ex.obs is not None:
             ex.obs.executing = True  # from here the execution, not its caller, ends it
         # A client that cancels or disconnects must not stop the call between its side effect
         # and its record, or the retry would run it again (see `runtime.protect`).
-        return protect(self._execute_body(ex, run), self._background)
+        return protect(self._execute_body(ex, run), self._workers)
 
     async def _execute_body(self, ex: Execution, run: Run) -> Outcome:
         # The lease keeper renews the claim, off this event loop, from the claim (see `_claim`)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..errors import OutcomeTooLargeError, RefusedError, StoreUnavailableError
+from ..errors import OutcomeTooLargeError, StoreUnavailableError
 from ..lease_keeper import Lease, LeaseKeeper
 from ..outcome import Outcome
 from ..policy import Policy
@@ -132,7 +132,12 @@ class Recording:
         data = outcome.to_bytes()
         if len(data) > self.engine.max_outcome_bytes:
             data = self._too_large(ex, len(data))
-        recorded = await self._complete(ex, data)
+        try:  # the first attempt inline: nearly every call records at once
+            recorded = await self.store.complete(
+                ex.scope, ex.key, ex.owner, data, ex.policy.retention, ex.fingerprint
+            )
+        except StoreUnavailableError as exc:
+            recorded = await self._complete_after(ex, data, exc)
         if not recorded:
             # Late completion succeeds whenever nobody else claimed the key, so this
             # means a second execution began while this one ran.
@@ -163,44 +168,48 @@ class Recording:
             )
         ).to_bytes()
 
-    async def _complete(self, ex: Execution, data: bytes) -> bool:
-        """`complete`, tried again for up to `record_retry_for` seconds while the store
-        is unreachable: the claim stays renewed meanwhile, so a store that comes back (a Redis
-        restart, a database failover) gets the record and no retry runs the tool again. The
-        window counts from the first failure: reading the clock before every first attempt
-        would cost each call that records at once (~1 us: the async backend is looked up)."""
+    async def _complete_after(
+        self, ex: Execution, data: bytes, failure: StoreUnavailableError
+    ) -> bool:
+        """`complete` after a first attempt failed with `failure`: tried again for up to
+        `record_retry_for` seconds while the store is unreachable. The claim stays renewed
+        meanwhile, so a store that comes back (a Redis restart, a database failover) gets the
+        record and no retry runs the tool again. The window counts from the first failure:
+        reading the clock before every first attempt would cost each call that records at
+        once (~1 us: the async backend is looked up)."""
         deadline: float | None = None
         pause = 0.05
-        attempts = 0
+        attempts = 1
+        exc: StoreUnavailableError = failure
         while True:
+            # A failed attempt may itself have taken the whole window (a timeout): two
+            # more follow in any case.
+            now = anyio.current_time()
+            if deadline is None:
+                deadline = now + self.engine.record_retry_for
+            if now + pause > deadline and attempts >= 3:
+                raise exc
+            self.engine.stats.store_errors += 1
+            log.warning(
+                "recording the outcome failed, trying again key_digest=%s: %r",
+                key_digest(ex.key),
+                exc.__cause__ if exc.__cause__ else exc,
+            )
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 1.0)
             attempts += 1
             try:
                 done = await self.store.complete(
                     ex.scope, ex.key, ex.owner, data, ex.policy.retention, ex.fingerprint
                 )
-                if done or attempts == 1:
-                    return done
-                # An earlier attempt failed after it had landed (the answer was lost): the
-                # record is then ours, completed, and a store answers a second `complete` no.
-                return await self._recorded_by(ex)
-            except RefusedError as exc:
-                if not isinstance(exc, StoreUnavailableError):
-                    raise  # a decision (store full, corrupt record), not an outage
-                # A failed attempt may itself have taken the whole window (a timeout): two
-                # more follow in any case.
-                now = anyio.current_time()
-                if deadline is None:
-                    deadline = now + self.engine.record_retry_for
-                if now + pause > deadline and attempts >= 3:
-                    raise
-                self.engine.stats.store_errors += 1
-                log.warning(
-                    "recording the outcome failed, trying again key_digest=%s: %r",
-                    key_digest(ex.key),
-                    exc.__cause__ if exc.__cause__ else exc,
-                )
-            await anyio.sleep(pause)
-            pause = min(pause * 2, 1.0)
+            except StoreUnavailableError as again:
+                exc = again
+                continue
+            if done:
+                return True
+            # An earlier attempt failed after it had landed (the answer was lost): the
+            # record is then ours, completed, and a store answers a second `complete` no.
+            return await self._recorded_by(ex)
 
     async def _recorded_by(self, ex: Execution) -> bool:
         """Whether the key's record is completed by this very execution (its owner token)."""
@@ -248,8 +257,8 @@ class TransactionalRecording(Recording):
             )
         return outcome
 
-    async def _complete(self, ex: Execution, data: bytes) -> bool:
+    async def _complete_after(
+        self, ex: Execution, data: bytes, failure: StoreUnavailableError
+    ) -> bool:
         # Once: inside the transaction a failure rolls it back, so there is nothing to retry.
-        return await self.store.complete(
-            ex.scope, ex.key, ex.owner, data, ex.policy.retention, ex.fingerprint
-        )
+        raise failure

@@ -9,10 +9,11 @@ imports asyncio for itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import sys
 import types
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
 import anyio
@@ -42,6 +43,7 @@ else:
         _task_states = None  # type: ignore[assignment]
 
 __all__ = [
+    "Workers",
     "cancel_pending",
     "cancels_the_execution",
     "on_asyncio",
@@ -114,28 +116,29 @@ def spawn(coro: Coroutine[Any, Any, Any], background: set[asyncio.Task[Any]]) ->
     return True
 
 
-async def protect(
-    body: Coroutine[Any, Any, Outcome], background: set[asyncio.Task[Any]]
-) -> Outcome:
-    """Await `body` so that nothing cancelling the caller stops it between the tool's side
+def protect(body: Coroutine[Any, Any, Outcome], workers: Workers) -> Outcome | Awaitable[Outcome]:
+    """Run `body` so that nothing cancelling the caller stops it between the tool's side
     effect and its record: a client that cancels or disconnects must not leave a retry to run
-    the call again.
+    the call again. The outcome itself when the body finished at once, else what to await.
 
-    On asyncio the body runs in a task of its own behind `asyncio.shield`, which holds off
-    every cancellation of the caller, anyio's (a `task.cancel()` underneath) and native ones
-    alike; an anyio shield on top would cost ~9 us per call and add nothing. A cancelled caller
-    stops waiting; the call goes on to its record. The task's first step runs at once
-    (`start_eagerly`): a call that finishes without suspending (a fast tool, MemoryStore) is
-    answered without waiting for the event loop to run its task and then wake this one. On
-    trio, which never cancels natively, an anyio shield suffices.
+    On asyncio the body runs as a task of its own (one of `workers`), and a caller that
+    suspends waits on it behind `asyncio.shield`, which holds off every cancellation of the
+    caller, anyio's (a `task.cancel()` underneath) and native ones alike; an anyio shield on
+    top would cost ~9 us per call and add nothing. A cancelled caller stops waiting; the call
+    goes on to its record. The body's first step runs at once, as that task (`Workers.start`):
+    a call that finishes without suspending (a fast tool, MemoryStore) is answered without
+    waiting for the event loop. Not a coroutine itself: no frame of its own per call. On trio,
+    which never cancels natively, an anyio shield suffices.
     """
     if on_asyncio():
-        started = start_eagerly(asyncio.get_running_loop(), body)
-        if not isinstance(started, asyncio.Task):
-            return started
-        background.add(started)  # strong reference: it may outlive its caller
-        started.add_done_callback(background.discard)
-        return await asyncio.shield(started)
+        started = workers.start(asyncio.get_running_loop(), body)
+        if isinstance(started, asyncio.Future):
+            return asyncio.shield(started)
+        return started
+    return _shielded(body)
+
+
+async def _shielded(body: Coroutine[Any, Any, Outcome]) -> Outcome:
     with anyio.CancelScope(shield=True):
         outcome = await body
     return outcome
@@ -298,3 +301,180 @@ elif sys.version_info >= (3, 11):
     start_eagerly = _start_eagerly_311
 else:  # pragma: no cover
     start_eagerly = _start_lazily
+
+
+# -- the tasks executions run as (asyncio) -------------------------------------------------------
+#
+# An execution must run as a task of its own (see `protect`), and its first step at once (see
+# the eager start above). Creating that task per call is most of what `protect` costs: the
+# `Task` itself, its registration, the `Handle` its scheduled step needs, and that step, run on
+# the next loop iteration although the call finished long before (3.11; ~20 k instructions, a
+# tenth of what idemtools adds to a first execution). So executions run as *workers*: tasks
+# that wait, idle, on a future of their own. The first step of an execution runs as an idle
+# worker (made the current task for it, in the execution's own copy of the context); a step
+# that finishes leaves the worker idle and untouched, for the next call. Only an execution
+# that suspends wakes its worker, which then carries the coroutine on (in that same context)
+# and goes back to idle when it ends; the next call takes another worker, made when needed.
+# Python 3.12's native eager start never schedules a task that finished and costs the same as
+# a worker (callgrind), so 3.12+ uses it; 3.10 creates the task lazily, as before.
+
+
+class _Job:
+    """An execution that suspended in its first step: what its worker carries on."""
+
+    __slots__ = ("context", "coro", "future", "waiting_on")
+
+    def __init__(
+        self,
+        coro: Coroutine[Any, Any, Outcome],
+        context: contextvars.Context,
+        waiting_on: Any,
+        future: asyncio.Future[Outcome],
+    ) -> None:
+        self.coro = coro
+        self.context = context
+        self.waiting_on = waiting_on
+        self.future = future
+
+
+class _Worker:
+    __slots__ = ("task", "wake")
+
+    def __init__(self, workers: Workers, loop: asyncio.AbstractEventLoop) -> None:
+        self.wake: asyncio.Future[_Job] = loop.create_future()
+        # An empty context: a worker holds nothing of the call that happened to create it.
+        self.task: asyncio.Task[None] = loop.create_task(
+            workers.serve(self),
+            name="idemtools-execution",
+            context=contextvars.Context(),  # type: ignore[call-arg,unused-ignore]
+        )
+        # An idle worker on a loop closed without cancelling its tasks is no lost work.
+        self.task._log_destroy_pending = False  # type: ignore[attr-defined]
+        self.task.add_done_callback(_retrieved)
+
+
+class Workers:
+    """One engine's execution tasks on asyncio: the idle ones of the loop it runs on, and
+    `background`, the tasks that outlive their caller (busy workers and the engine's own
+    clean-ups), held here so that they are neither collected nor forgotten.
+
+    Kept per engine, not per process: idle workers hold their loop, and go with the engine.
+    """
+
+    __slots__ = ("_idle", "_loop", "background")
+
+    def __init__(self, background: set[asyncio.Task[Any]]) -> None:
+        self.background = background
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._idle: list[_Worker] = []
+
+    def start(
+        self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Outcome]
+    ) -> Outcome | asyncio.Future[Outcome]:
+        """The outcome when `coro` finished in its first step, else a future of it."""
+        switch = _switch
+        if switch is None:  # 3.12+: the native eager start costs the same; 3.10: lazily
+            started = start_eagerly(loop, coro)
+            if isinstance(started, asyncio.Task):
+                self.background.add(started)
+                started.add_done_callback(self.background.discard)
+            return started
+        idle = self._idle
+        if loop is not self._loop:  # another loop (a test's next one): its own workers
+            self._loop, idle = loop, []
+            self._idle = idle
+        worker = idle.pop() if idle else _Worker(self, loop)
+        context = contextvars.copy_context()
+        caller = asyncio.current_task(loop)
+        if caller is not None:
+            switch.leave(loop, caller)
+        switch.enter(loop, worker.task)
+        try:
+            waiting_on = context.run(coro.send, None)
+        except StopIteration as stop:
+            idle.append(worker)
+            return stop.value  # type: ignore[no-any-return]
+        except BaseException:
+            idle.append(worker)  # the step raised (an interrupt): the caller's to see
+            raise
+        finally:
+            switch.leave(loop, worker.task)
+            if caller is not None:
+                switch.enter(loop, caller)
+        future: asyncio.Future[Outcome] = loop.create_future()
+        self.background.add(worker.task)  # busy: it may outlive its caller
+        worker.wake.set_result(_Job(coro, context, waiting_on, future))
+        return future
+
+    async def serve(self, worker: _Worker) -> None:
+        """A worker's life: wait idle; carry on an execution that suspended in it; again.
+
+        No `finally`: a worker destroyed idle (its loop closed without cancelling it) runs no
+        code of its own while the garbage collector finalizes it."""
+        while True:
+            try:
+                job = await worker.wake
+            except asyncio.CancelledError:  # its loop tearing down
+                with contextlib.suppress(ValueError):
+                    self._idle.remove(worker)
+                wake = worker.wake
+                if wake.done() and not wake.cancelled():
+                    # Woken with an execution, then cancelled before its first step here:
+                    # pass the cancellation to the execution rather than drop it unfinished.
+                    _cancel_job(wake.result())
+                raise
+            try:
+                outcome = await _carry(job)
+            except BaseException as exc:
+                # An interrupt, or this task cancelled (its loop tearing down): the end of
+                # this worker; the waiting caller sees the same.
+                self.background.discard(worker.task)
+                if isinstance(exc, asyncio.CancelledError):
+                    job.future.cancel()
+                else:
+                    job.future.set_exception(exc)
+                raise
+            self.background.discard(worker.task)
+            job.future.set_result(outcome)
+            loop = worker.task.get_loop()
+            worker.wake = loop.create_future()
+            if loop is not self._loop:
+                return  # the engine moved to another loop meanwhile
+            self._idle.append(worker)
+
+
+def _cancel_job(job: _Job) -> None:
+    job.future.cancel()
+    with contextlib.suppress(BaseException):
+        job.context.run(job.coro.throw, asyncio.CancelledError())
+    job.coro.close()
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    # A worker ends with what ended its execution (an interrupt, re-raised to its loop as any
+    # task's is): its caller saw it through the execution's future; nothing is left to log.
+    if not task.cancelled():
+        task.exception()
+
+
+@types.coroutine
+def _carry(job: _Job) -> Generator[Any, None, Outcome]:
+    """Go on driving an execution's coroutine from where its first step stopped, each step in
+    its own context, exactly as its own task would (`await` on what it waits for)."""
+    coro, context, waiting_on = job.coro, job.context, job.waiting_on
+    while True:
+        try:
+            yield waiting_on
+        except GeneratorExit:  # the worker is destroyed unfinished (its loop closed)
+            coro.close()
+            raise
+        except BaseException as exc:  # thrown into the worker (a cancellation): pass it on
+            try:
+                waiting_on = context.run(coro.throw, exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+        else:
+            try:
+                waiting_on = context.run(coro.send, None)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
