@@ -72,17 +72,15 @@ def _self_test() -> None:
         raise InstallError("declared idempotencyKey does not reach the wire on this mcp version")
 
 
-def _token(ctx: Any) -> Any:
-    """The validated access token of *this* request (the ASGI scope's user), if any."""
-    request = ctx.request
+def _token(request: Any) -> Any:
+    """The validated access token of an HTTP request (the ASGI scope's user), if any."""
+    return getattr(getattr(request, "scope", {}).get("user"), "access_token", None)
+
+
+def _transport(ctx: Any, request: Any) -> Transport:
+    """`request` is `ctx.request`, which the caller has read already."""
     if request is not None:
-        return getattr(getattr(request, "scope", {}).get("user"), "access_token", None)
-    return None
-
-
-def _transport(ctx: Any) -> Transport:
-    if ctx.request is not None:
-        return "http" if getattr(ctx.request, "scope", {}).get("type") == "http" else "unknown"
+        return "http" if getattr(request, "scope", {}).get("type") == "http" else "unknown"
     # The 2026-07-28 era over a stream pair wraps the loop's context (no server requests).
     outbound = sdk.outbound(ctx.session)
     kind = outbound.transport.kind  # public: the dispatch context's transport metadata
@@ -103,21 +101,25 @@ def _session_id(ctx: Any) -> str | None:
     with no handshake, and the 2026-07-28 era has no sessions: None, never a header."""
     if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
         return None
-    if ctx.session.client_params is None:  # public on ServerSession: no handshake, no session
-        return None
     connection = sdk.connection(ctx.session)
+    # Public on Connection (what `ServerSession.client_params` returns, one property less).
+    if connection.client_params is None:  # no handshake, no session
+        return None
     return sdk_session_id(connection)
 
 
 def _context(ctx: Any, issuer: str | None, name: str, arguments: Any) -> CallContext:
-    token = _token(ctx)
+    request = ctx.request
+    token = _token(request) if request is not None else None
+    # Positional, in CallContext's field order: once per keyed call, and ~3 k instructions
+    # less than keywords (callgrind).
     return CallContext(
-        transport=_transport(ctx),
-        auth=auth_info(token, issuer) if token is not None else None,
-        session_id=_session_id(ctx),
-        tool=name,
-        arguments=arguments,
-        raw=ctx,
+        _transport(ctx, request),
+        auth_info(token, issuer) if token is not None else None,
+        _session_id(ctx),
+        name,
+        arguments,
+        ctx,
     )
 
 
