@@ -336,10 +336,12 @@ Keyed by `id()`, not a `WeakKeyDictionary`: that builds a weak reference on ever
 object is gone is never another object's."""
 
 
-def _forget_session(ref: weakref.ref[Any], key: int) -> None:
-    entry = _SESSION_IDS.get(key)
+def _forget_session(ref: weakref.ref[Any], key: int, table: dict[int, Any] = _SESSION_IDS) -> None:
+    # A weak reference's callback: bound to its table, not to module globals, which
+    # interpreter exit may clear before it runs.
+    entry = table.get(key)
     if entry is not None and entry[0] is ref:
-        del _SESSION_IDS[key]
+        del table[key]
 
 
 def sdk_session_id(session: object) -> str:
@@ -358,7 +360,8 @@ def sdk_session_id(session: object) -> str:
             return found
     # First sight (or a dead entry under a reused id): a new id, whose entry the callback
     # drops when the object is collected.
-    new = (weakref.ref(session, lambda ref: _forget_session(ref, key)), uuid.uuid4().hex)
+    forget = functools.partial(_forget_session, key=key)
+    new = (weakref.ref(session, forget), uuid.uuid4().hex)
     entry = _SESSION_IDS.setdefault(key, new)
     if entry[0]() is not session:  # a dead entry was there: replace it
         _SESSION_IDS[key] = entry = new

@@ -4,6 +4,8 @@ another object's, and no entry left behind once the object is collected."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import weakref
 from typing import Any
 
@@ -76,6 +78,18 @@ def test_a_late_callback_does_not_drop_a_newer_entry() -> None:
     scopes._forget_session(weakref.ref(Session), id(session))  # some other reference's
     assert scopes._SESSION_IDS[id(session)][1] == found
     assert sdk_session_id(session) == found
+
+
+def test_sessions_alive_at_interpreter_exit_leave_no_error() -> None:
+    code = (
+        "from idemtools.scopes import sdk_session_id\n"
+        "class Session: pass\n"
+        "kept = [Session() for _ in range(3)]\n"
+        "cycle = Session(); cycle.me = cycle\n"
+        "for s in [*kept, cycle]: sdk_session_id(s)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == ""
 
 
 @pytest.mark.skipif(LINE != 2, reason="the mcp 2.x Connection")
