@@ -77,12 +77,12 @@ def _token(request: Any) -> Any:
     return getattr(getattr(request, "scope", {}).get("user"), "access_token", None)
 
 
-def _transport(ctx: Any, request: Any) -> Transport:
-    """`request` is `ctx.request`, which the caller has read already."""
+def _transport(session: Any, request: Any) -> Transport:
+    """The transport of a request: `ctx.session` and `ctx.request`, read once by `_context`."""
     if request is not None:
         return "http" if getattr(request, "scope", {}).get("type") == "http" else "unknown"
     # The 2026-07-28 era over a stream pair wraps the loop's context (no server requests).
-    outbound = sdk.outbound(ctx.session)
+    outbound = sdk.outbound(session)
     kind = outbound.transport.kind  # public: the dispatch context's transport metadata
     if kind == DIRECT_TRANSPORT_KIND:  # the SDK's in-process Client: no wire at all
         return "memory"
@@ -95,13 +95,13 @@ def _transport(ctx: Any, request: Any) -> Transport:
     return "unknown"
 
 
-def _session_id(ctx: Any) -> str | None:
+def _session_id(version: str, session: Any) -> str | None:
     """The SDK's `Connection` for this request, when it is a session: a handshake completed
     on it (stateful HTTP, SSE, stdio). Stateless HTTP builds a fresh connection per request
     with no handshake, and the 2026-07-28 era has no sessions: None, never a header."""
-    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+    if version in MODERN_PROTOCOL_VERSIONS:
         return None
-    connection = sdk.connection(ctx.session)
+    connection = sdk.connection(session)
     # Public on Connection (what `ServerSession.client_params` returns, one property less).
     if connection.client_params is None:  # no handshake, no session
         return None
@@ -110,13 +110,14 @@ def _session_id(ctx: Any) -> str | None:
 
 def _context(ctx: Any, issuer: str | None, name: str, arguments: Any) -> CallContext:
     request = ctx.request
+    session = ctx.session
     token = _token(request) if request is not None else None
     # Positional, in CallContext's field order: once per keyed call, and ~3 k instructions
     # less than keywords (callgrind).
     return CallContext(
-        _transport(ctx, request),
+        _transport(session, request),
         auth_info(token, issuer) if token is not None else None,
-        _session_id(ctx),
+        _session_id(ctx.protocol_version, session),
         name,
         arguments,
         ctx,
