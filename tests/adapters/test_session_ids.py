@@ -115,7 +115,7 @@ async def test_mcp2_each_connection_its_own_id_and_none_left_after_it_closes(
 
     def context(*args: Any) -> Any:
         found = original(*args)
-        seen.append(found.session_id)
+        seen.append(found)
         return found
 
     monkeypatch.setattr(mcp2, "_context", context)
@@ -125,8 +125,14 @@ async def test_mcp2_each_connection_its_own_id_and_none_left_after_it_closes(
         async with Client(server, mode="legacy") as client:
             for key in ("k1", "k2"):
                 await _sdk.send_call(client.session, "add", {"a": 1, "b": 2}, key, None)
-    one, same, other, same_other = seen
+    # every field where `_context` puts it (positionally)
+    for built in seen:
+        assert (built.transport, built.auth, built.tool) == ("memory", None, "add")
+        assert built.arguments == {"a": 1, "b": 2} and built.raw.method == "tools/call"
+    one, same, other, same_other = (built.session_id for built in seen)
     assert one == same and other == same_other and one != other
     assert one is not None and other is not None
+    seen.clear()  # their `raw` holds the connections
+    del built
     gc.collect()
     assert len(scopes._SESSION_IDS) == before
