@@ -72,19 +72,17 @@ def _self_test() -> None:
         raise InstallError("declared idempotencyKey does not reach the wire on this mcp version")
 
 
-def _token(ctx: Any) -> Any:
-    """The validated access token of *this* request (the ASGI scope's user), if any."""
-    request = ctx.request
+def _token(request: Any) -> Any:
+    """The validated access token of an HTTP request (the ASGI scope's user), if any."""
+    return getattr(getattr(request, "scope", {}).get("user"), "access_token", None)
+
+
+def _transport(session: Any, request: Any) -> Transport:
+    """The transport of a request: `ctx.session` and `ctx.request`, read once by `_context`."""
     if request is not None:
-        return getattr(getattr(request, "scope", {}).get("user"), "access_token", None)
-    return None
-
-
-def _transport(ctx: Any) -> Transport:
-    if ctx.request is not None:
-        return "http" if getattr(ctx.request, "scope", {}).get("type") == "http" else "unknown"
+        return "http" if getattr(request, "scope", {}).get("type") == "http" else "unknown"
     # The 2026-07-28 era over a stream pair wraps the loop's context (no server requests).
-    outbound = sdk.outbound(ctx.session)
+    outbound = sdk.outbound(session)
     kind = outbound.transport.kind  # public: the dispatch context's transport metadata
     if kind == DIRECT_TRANSPORT_KIND:  # the SDK's in-process Client: no wire at all
         return "memory"
@@ -97,27 +95,32 @@ def _transport(ctx: Any) -> Transport:
     return "unknown"
 
 
-def _session_id(ctx: Any) -> str | None:
+def _session_id(version: str, session: Any) -> str | None:
     """The SDK's `Connection` for this request, when it is a session: a handshake completed
     on it (stateful HTTP, SSE, stdio). Stateless HTTP builds a fresh connection per request
     with no handshake, and the 2026-07-28 era has no sessions: None, never a header."""
-    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+    if version in MODERN_PROTOCOL_VERSIONS:
         return None
-    if ctx.session.client_params is None:  # public on ServerSession: no handshake, no session
+    connection = sdk.connection(session)
+    # Public on Connection (what `ServerSession.client_params` returns, one property less).
+    if connection.client_params is None:  # no handshake, no session
         return None
-    connection = sdk.connection(ctx.session)
     return sdk_session_id(connection)
 
 
 def _context(ctx: Any, issuer: str | None, name: str, arguments: Any) -> CallContext:
-    token = _token(ctx)
+    request = ctx.request
+    session = ctx.session
+    token = _token(request) if request is not None else None
+    # Positional, in CallContext's field order: once per keyed call, and ~3 k instructions
+    # less than keywords (callgrind).
     return CallContext(
-        transport=_transport(ctx),
-        auth=auth_info(token, issuer) if token is not None else None,
-        session_id=_session_id(ctx),
-        tool=name,
-        arguments=arguments,
-        raw=ctx,
+        _transport(session, request),
+        auth_info(token, issuer) if token is not None else None,
+        _session_id(ctx.protocol_version, session),
+        name,
+        arguments,
+        ctx,
     )
 
 
