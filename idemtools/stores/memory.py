@@ -6,11 +6,11 @@ evicted (what an idempotency store must never do): a claim that would need room 
 
 Claims in progress (expiry = lease, moved on every renewal) and completed records (expiry =
 retention, written once) each live in a `_Records`: a plain dict with a heap of expiries. Every
-keyed call adds a claim, removes it a moment later and adds a completed record; cachetools'
-TLRUCache, which held the completed records before, made that write (its LRU order, timer and
-size callback) the largest cost of a first execution. Ids, fingerprints and owner tokens are
-kept as raw bytes when they are the hex strings the engine produces, and turned back into the same
-strings in `Record`.
+keyed call adds a claim and a moment later moves it, with its outcome, to the completed records;
+cachetools' TLRUCache, which held the completed records before, made that write (its LRU order,
+timer and size callback) the largest cost of a first execution. Ids, fingerprints and owner
+tokens are kept as raw bytes when they are the hex strings the engine produces, and turned back
+into the same strings in `Record`.
 
 Bounds
 ------
@@ -21,8 +21,10 @@ All checked inside the claim's lock, none ever met by evicting:
   outcome, id, fingerprint and owner plus `RECORD_OVERHEAD` bytes for the Python objects around
   them (measured with tracemalloc on CPython 3.11: about 400 bytes for a claim with a 12-byte
   key). Counting records alone allowed 100,000 × 1 MiB ≈ 94 GiB; bytes are what runs a process
-  out of memory. Each `_Records` keeps the sum itself (`_sizeof` in `add` and `remove`), so
-  every write path is accounted for, and an expired record stops counting when it is removed;
+  out of memory. Each `_Records` keeps the sum itself (`_sizeof` in `add` and `remove`; the
+  move of `complete` changes both sums and its scope's bytes, as a `remove` and an `add`
+  would), so every write path is accounted for, and an expired record stops counting when it
+  is removed;
 * `max_records_per_scope` and `max_bytes_per_scope` (default: a tenth of the store each,
   `SCOPE_SHARE`): live records and bytes per scope, so one caller flooding unique keys is
   refused with `QuotaExceededError` while every other scope claims on.
@@ -463,8 +465,40 @@ class MemoryStore:
             claim = running.entries.get(rid)
             if claim is not None:
                 # Late completion: our own claim, live or not, as long as nobody re-claimed.
-                if _owner_of(claim.meta) != owner:
+                meta = claim.meta  # `_owner_of`, inline
+                if (meta[32:].hex() if type(meta) is bytes else meta[1]) != owner:
                     return False
+                # Freeing the claim's bytes (its tombstone's room included) and adding the
+                # record's changes them by `grow`; the scope's record count stays as it is.
+                grow = len(outcome) - TOMBSTONE_RESERVE
+                expires = now + retention
+                share = self.max_bytes_per_scope
+                scope_bytes = self._scope_bytes
+                if (
+                    expires > now
+                    and running.bytes + done.bytes + grow <= self.max_bytes
+                    and (share is None or scope_bytes.get(sid, 0) + grow <= share)
+                ):
+                    # It fits: move the entry from `running` to `done` in one step, not a
+                    # `remove` and an `add` with a scope update each (every keyed call).
+                    heap = done.heap
+                    if heap and heap[0][0] <= now:
+                        done.expire(now)
+                    entries = done.entries
+                    if rid not in entries:  # always: an expired record under rid just went
+                        del running.entries[rid]
+                        running.bytes -= claim.base + TOMBSTONE_RESERVE
+                        claim.outcome = outcome
+                        claim.expires = expires
+                        entries[rid] = claim
+                        done.bytes += claim.base + len(outcome)
+                        if running.counts is not None:
+                            scope_bytes[sid] += grow
+                        if len(heap) > 2 * len(entries) + 16:  # `moved`, inline
+                            heap[:] = [(e.expires, r) for r, e in entries.items()]
+                            heapq.heapify(heap)
+                        heapq.heappush(heap, (expires, rid))
+                        return True
                 running.remove(rid, sid)  # frees its bytes, the tombstone's room included
                 entry = claim
             elif fingerprint is not None:

@@ -224,7 +224,9 @@ _MOVES = st.lists(
         st.sampled_from([0.0, 5.0, 30.0, 60.0]),  # lease, retention, or seconds to advance
         st.sampled_from([0, 100, 1500]),  # outcome bytes
         st.booleans(),  # complete: with the fingerprint (a late completion may add the record)
+        st.sampled_from([0, 0, 0, 1]),  # which of the key's two owners calls
     ),
+    min_size=20,
     max_size=80,
 )
 
@@ -238,7 +240,7 @@ _MOVES = st.lists(
     packed=st.booleans(),
 )
 def test_fast_paths_account_as_remove_then_add(
-    moves: list[tuple[str, int, float, int, bool]],
+    moves: list[tuple[str, int, float, int, bool, int]],
     max_bytes: int,
     quota: Any,
     share: Any,
@@ -251,7 +253,7 @@ def test_fast_paths_account_as_remove_then_add(
     stores = [
         cls(
             clock=clock,
-            max_records=5,
+            max_records=8,
             max_bytes=max_bytes,
             max_records_per_scope=quota,
             max_bytes_per_scope=share,
@@ -259,9 +261,9 @@ def test_fast_paths_account_as_remove_then_add(
         for cls, clock in zip((MemoryStore, _RemoveThenAdd), clocks, strict=True)
     ]
     fingerprint = "f" * 64 if packed else "a fingerprint"
-    for op, i, seconds, size, with_fp in moves:
+    for op, i, seconds, size, with_fp, who in moves:
         scope, key = ("a" * 64 if i < 3 else "b" * 64), f"k{i}"
-        owner = f"{i:032x}" if packed else f"owner {i}"
+        owner = f"{i + 16 * who:032x}" if packed else f"owner {i} {who}"
         answers = []
         for store, clock in zip(stores, clocks, strict=True):
             try:
