@@ -38,6 +38,7 @@ retry is refused with `idempotency_outcome_not_kept`, never run again.
 
 from __future__ import annotations
 
+import binascii
 import functools
 import heapq
 import threading
@@ -74,18 +75,27 @@ _Meta = bytes | tuple[str, str]
 
 class _Entry:
     # Mutable on purpose: renew/complete update in place and re-set the item to move its expiry.
-    # Status is not stored: it is which cache holds the entry.
+    # Status is not stored: it is which cache holds the entry. No `__init__`: `claim` sets the
+    # four slots itself (a Python `__init__` is a call more on every claim); see `_entry`.
     __slots__ = ("base", "expires", "meta", "outcome")
+    meta: _Meta
+    expires: float
+    outcome: bytes | None
+    base: int
+    """The bytes this record costs before it has an outcome (see RECORD_OVERHEAD)."""
 
-    def __init__(self, meta: _Meta, expires: float, id_size: int = 0) -> None:
-        self.meta = meta
-        self.expires = expires
-        self.outcome: bytes | None = None
-        # The bytes this record costs before it has an outcome (see RECORD_OVERHEAD).
-        if isinstance(meta, bytes):
-            self.base = RECORD_OVERHEAD + id_size + len(meta)
-        else:
-            self.base = RECORD_OVERHEAD + id_size + _UNPACKED_META + len(meta[0]) + len(meta[1])
+
+def _entry(meta: _Meta, expires: float, id_size: int) -> _Entry:
+    """A record without an outcome, for an id of `id_size` bytes (what `claim` builds inline)."""
+    entry = _Entry()
+    entry.meta = meta
+    entry.expires = expires
+    entry.outcome = None
+    if isinstance(meta, bytes):
+        entry.base = RECORD_OVERHEAD + id_size + len(meta)
+    else:
+        entry.base = RECORD_OVERHEAD + id_size + _UNPACKED_META + len(meta[0]) + len(meta[1])
+    return entry
 
 
 def _sizeof(entry: _Entry) -> int:
@@ -236,16 +246,20 @@ def _scope_prefix(scope: str) -> bytes:
     return b"\x01" + len(encoded).to_bytes(8, "big") + encoded
 
 
+_a2b_hex = binascii.a2b_hex
+
+
 def _pack(fingerprint: str, owner: str) -> _Meta:
-    # `_unhex(fingerprint, 32) + _unhex(owner, 16)` in one pass (every claim packs): the
-    # round trip of the joined text holds exactly when it holds for both parts.
+    # `_unhex(fingerprint, 32) + _unhex(owner, 16)` in one pass (every claim packs, inline):
+    # a2b_hex takes exactly ASCII hex digits of either case (no spaces, unlike fromhex), so with
+    # no upper case the round trip of the joined text holds, as it then does for both parts.
     if len(fingerprint) == 64 and len(owner) == 32:
         text = fingerprint + owner
         try:
-            raw = bytes.fromhex(text)
-        except ValueError:
+            raw = _a2b_hex(text)
+        except ValueError:  # binascii.Error, or a non-ASCII character
             return (fingerprint, owner)
-        if raw.hex() == text:
+        if text.lower() == text:
             return raw
     return (fingerprint, owner)
 
@@ -382,27 +396,67 @@ class MemoryStore:
         rid = sid + key.encode("utf-8", "surrogatepass")  # == self._id(scope, key)
         with self._lock:
             now = self._clock()
-            found = self._find(rid, now)
-            if found is not None:
-                return Claim(claimed=False, existing=self._record(*found, now))
-            entry = _Entry(_pack(fingerprint, owner), now + lease, len(rid))
             running, done = self._running, self._done
+            entry = done.entries.get(rid)  # `_find`, inline (as `_pack` and `_Entry` below)
+            if entry is not None and entry.expires > now:
+                return Claim(claimed=False, existing=self._record(entry, Status.COMPLETED, now))
+            entry = running.entries.get(rid)
+            if entry is not None and entry.expires > now:
+                return Claim(claimed=False, existing=self._record(entry, Status.IN_PROGRESS, now))
+            meta: _Meta = (fingerprint, owner)
+            if len(fingerprint) == 64 and len(owner) == 32:  # `_pack`, inline
+                text = fingerprint + owner
+                try:
+                    raw = _a2b_hex(text)
+                except ValueError:
+                    pass
+                else:
+                    if text.lower() == text:
+                        meta = raw
+            entry = _Entry()  # `_entry`, inline
+            entry.meta = meta
+            entry.expires = now + lease
+            entry.outcome = None
+            if type(meta) is bytes:
+                entry.base = base = RECORD_OVERHEAD + len(rid) + 48
+            else:
+                entry.base = base = (
+                    RECORD_OVERHEAD + len(rid) + _UNPACKED_META + len(fingerprint) + len(owner)
+                )
             # Raw sizes count expired items too, so they are upper bounds of the live ones: only
             # a store (or scope) near a bound pays for expiring both caches and looking again.
             quota, share = self.max_records_per_scope, self.max_bytes_per_scope
             if (
                 len(running.entries) + len(done.entries) >= self.max_records
-                or running.bytes + done.bytes + entry.base + TOMBSTONE_RESERVE > self.max_bytes
+                or running.bytes + done.bytes + base + TOMBSTONE_RESERVE > self.max_bytes
                 # The scope's bounds, as upper bounds too (expired records still count).
                 or (quota is not None and self._per_scope.get(sid, 0) >= quota)
                 or (
                     share is not None
-                    and self._scope_bytes.get(sid, 0) + entry.base + TOMBSTONE_RESERVE > share
+                    and self._scope_bytes.get(sid, 0) + base + TOMBSTONE_RESERVE > share
                 )
             ):
                 self._expire(now)
                 self._refuse_if_bounded(rid, entry, key)
-            running.add(rid, entry, now, sid)
+            heap = running.heap
+            if heap and heap[0][0] <= now:
+                running.expire(now)
+            entries = running.entries
+            if rid in entries:  # never: an expired claim under rid just went
+                running.add(rid, entry, now, sid)
+                return _CLAIMED
+            # `running.add`, inline (every keyed call claims), its scope update too.
+            size = base + TOMBSTONE_RESERVE
+            entries[rid] = entry
+            running.bytes += size
+            if running.counts is not None:
+                per_scope, scope_bytes = self._per_scope, self._scope_bytes
+                per_scope[sid] = per_scope.get(sid, 0) + 1
+                scope_bytes[sid] = scope_bytes.get(sid, 0) + size
+            if len(heap) > 2 * len(entries) + 16:  # `moved`, inline
+                heap[:] = [(e.expires, r) for r, e in entries.items()]
+                heapq.heapify(heap)
+            heapq.heappush(heap, (entry.expires, rid))
             return _CLAIMED
 
     def _refuse_if_bounded(self, rid: bytes, entry: _Entry, key: str) -> None:
@@ -503,7 +557,7 @@ class MemoryStore:
                 entry = claim
             elif fingerprint is not None:
                 # Our lease ran out and the expired claim is gone: nobody claimed since.
-                entry = _Entry(_pack(fingerprint, owner), now, len(rid))
+                entry = _entry(_pack(fingerprint, owner), now, len(rid))
             else:
                 return False
             size = entry.base + len(outcome)

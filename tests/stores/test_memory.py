@@ -12,7 +12,7 @@ from idemtools.outcome import TOMBSTONE_RESERVE
 from idemtools.stores.base import Claim, Store
 from idemtools.stores.memory import (
     MemoryStore,
-    _Entry,
+    _entry,
     _owner_of,
     _pack,
     _scope_of,
@@ -139,7 +139,7 @@ class _RemoveThenAdd(MemoryStore):
             found = self._find(rid, now)
             if found is not None:
                 return Claim(claimed=False, existing=self._record(*found, now))
-            entry = _Entry(_pack(fingerprint, owner), now + lease, len(rid))
+            entry = _entry(_pack(fingerprint, owner), now + lease, len(rid))
             running, done = self._running, self._done
             quota, share = self.max_records_per_scope, self.max_bytes_per_scope
             sid = _scope_of(rid)
@@ -182,7 +182,7 @@ class _RemoveThenAdd(MemoryStore):
                 running.remove(rid)
                 entry = claim
             elif fingerprint is not None:
-                entry = _Entry(_pack(fingerprint, owner), now, len(rid))
+                entry = _entry(_pack(fingerprint, owner), now, len(rid))
             else:
                 return False
             size = entry.base + len(outcome)
@@ -289,3 +289,36 @@ def test_fast_paths_account_as_remove_then_add(
             answers.append(answer)
         assert answers[0] == answers[1]
         assert _state(stores[0]) == _state(stores[1])
+
+
+def _pack_by_round_trip(fingerprint: str, owner: str) -> Any:
+    """What `_pack` computed with `bytes.fromhex` and a `hex()` round trip."""
+    if len(fingerprint) == 64 and len(owner) == 32:
+        text = fingerprint + owner
+        try:
+            raw = bytes.fromhex(text)
+        except ValueError:
+            return (fingerprint, owner)
+        if raw.hex() == text:
+            return raw
+    return (fingerprint, owner)
+
+
+def _near_hex(size: int) -> Any:
+    # Mostly lowercase hex of the right length, sometimes upper case, spaces or non-ASCII.
+    chars = st.sampled_from("0123456789abcdef0123456789abcdefABCF \u00e9\u0660")
+    exact = st.text(st.sampled_from("0123456789abcdef"), min_size=size, max_size=size)
+    return exact | st.text(chars, min_size=size - 1, max_size=size + 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fingerprint=_near_hex(64), owner=_near_hex(32))
+def test_pack_is_the_round_trip(fingerprint: str, owner: str) -> None:
+    """`_pack`, and its copy inline in `claim`, pack exactly what the round trip packed."""
+    assert _pack(fingerprint, owner) == _pack_by_round_trip(fingerprint, owner)
+    store = MemoryStore()
+    _run(store.claim("s" * 64, "k", fingerprint, owner, 30.0))
+    (entry,) = store._running.entries.values()
+    assert entry.meta == _pack_by_round_trip(fingerprint, owner)
+    claim = _run(store.claim("s" * 64, "k", fingerprint, owner, 30.0))
+    assert (claim.existing.fingerprint, claim.existing.owner) == (fingerprint, owner)
