@@ -394,7 +394,9 @@ class MemoryStore:
     ) -> Claim:
         sid = _scope_prefix(scope)  # == _scope_of(rid), once per operation
         rid = sid + key.encode("utf-8", "surrogatepass")  # == self._id(scope, key)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`: its __enter__/__exit__ lookups cost ~1.3k instructions
+        try:
             now = self._clock()
             running, done = self._running, self._done
             entry = done.entries.get(rid)  # `_find`, inline (as `_pack` and `_Entry` below)
@@ -458,6 +460,8 @@ class MemoryStore:
                 heapq.heapify(heap)
             heapq.heappush(heap, (entry.expires, rid))
             return _CLAIMED
+        finally:
+            lock.release()
 
     def _refuse_if_bounded(self, rid: bytes, entry: _Entry, key: str) -> None:
         """Raise if claiming `rid` would break a bound; the caches hold only live items now.
@@ -509,7 +513,9 @@ class MemoryStore:
     ) -> bool:
         sid = _scope_prefix(scope)  # == _scope_of(rid), once per operation
         rid = sid + key.encode("utf-8", "surrogatepass")  # == self._id(scope, key)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`, as in `claim`
+        try:
             now = self._clock()
             done = self._done
             completed = done.entries.get(rid)
@@ -575,6 +581,8 @@ class MemoryStore:
             else:  # kept for no time at all (as TLRUCache did): nothing stays under rid
                 done.remove(rid, sid)
             return True
+        finally:
+            lock.release()
 
     def _no_room(self, sid: bytes, size: int) -> bool:
         """Whether a completed record of `size` bytes fits neither the store's budget nor the
