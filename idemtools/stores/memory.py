@@ -223,6 +223,7 @@ _INSTANCES = (
 """The generated docs' words for this store (`info()`)."""
 
 _CLAIMED = Claim(claimed=True)  # frozen: one shared answer instead of one per claim
+_COMPLETED = Status.COMPLETED
 
 
 def _unhex(text: str, size: int) -> bytes | None:
@@ -366,13 +367,9 @@ class MemoryStore:
             fingerprint, owner = meta[:32].hex(), meta[32:].hex()
         else:
             fingerprint, owner = meta
-        return Record(
-            status=status,
-            fingerprint=fingerprint,
-            owner=owner,
-            remaining=max(0.0, entry.expires - now),
-            outcome=entry.outcome,
-        )
+        # Positional (status, fingerprint, owner, remaining, outcome): a class called with
+        # keywords builds a dict for them, ~2k instructions more per record on 3.11.
+        return Record(status, fingerprint, owner, max(0.0, entry.expires - now), entry.outcome)
 
     def _find(self, rid: bytes, now: float) -> tuple[_Entry, Status] | None:
         entry = self._done.entries.get(rid)
@@ -403,11 +400,18 @@ class MemoryStore:
             now = clock()  # not `self._clock()`: 3.11 cannot specialize that method lookup
             running, done = self._running, self._done
             entry = done.entries.get(rid)  # `_find`, inline (as `_pack` and `_Entry` below)
-            if entry is not None and entry.expires > now:
-                return Claim(claimed=False, existing=self._record(entry, Status.COMPLETED, now))
+            if entry is not None and entry.expires > now:  # a replay: `_record`, inline
+                meta = entry.meta
+                if isinstance(meta, bytes):
+                    fp, own = meta[:32].hex(), meta[32:].hex()
+                else:
+                    fp, own = meta
+                # No max(0.0, ...): expires > now. Positional, as in `_record`.
+                record = Record(_COMPLETED, fp, own, entry.expires - now, entry.outcome)
+                return Claim(False, record)
             entry = running.entries.get(rid)
             if entry is not None and entry.expires > now:
-                return Claim(claimed=False, existing=self._record(entry, Status.IN_PROGRESS, now))
+                return Claim(False, self._record(entry, Status.IN_PROGRESS, now))
             entry = _Entry()  # `_pack` and `_entry`, inline
             entry.expires = now + lease
             entry.outcome = None
@@ -524,7 +528,7 @@ class MemoryStore:
             if claim is not None:
                 # Late completion: our own claim, live or not, as long as nobody re-claimed.
                 meta = claim.meta  # `_owner_of`, inline
-                if (meta[32:].hex() if type(meta) is bytes else meta[1]) != owner:
+                if (meta[32:].hex() if isinstance(meta, bytes) else meta[1]) != owner:
                     return False
                 # Freeing the claim's bytes (its tombstone's room included) and adding the
                 # record's changes them by `grow`; the scope's record count stays as it is.
