@@ -21,10 +21,10 @@ All checked inside the claim's lock, none ever met by evicting:
   outcome, id, fingerprint and owner plus `RECORD_OVERHEAD` bytes for the Python objects around
   them (measured with tracemalloc on CPython 3.11: about 400 bytes for a claim with a 12-byte
   key). Counting records alone allowed 100,000 × 1 MiB ≈ 94 GiB; bytes are what runs a process
-  out of memory. Each `_Records` keeps the sum itself (`_sizeof` in `add` and `remove`; the
-  move of `complete` changes both sums and its scope's bytes, as a `remove` and an `add`
-  would), so every write path is accounted for, and an expired record stops counting when it
-  is removed;
+  out of memory. Each `_Records` keeps the sum itself (`_sizeof` in `add` and `remove`, their
+  copy inline in `claim`, and the move of `complete`, which changes both sums and its scope's
+  bytes as a `remove` and an `add` would), so every write path is accounted for, and an
+  expired record stops counting when it is removed;
 * `max_records_per_scope` and `max_bytes_per_scope` (default: a tenth of the store each,
   `SCOPE_SHARE`): live records and bytes per scope, so one caller flooding unique keys is
   refused with `QuotaExceededError` while every other scope claims on.
@@ -167,7 +167,7 @@ class _Records:
         if heap and heap[0][0] <= now:
             self.expire(now)
         old = self.entries.get(rid)
-        outcome = entry.outcome  # `_sizeof`, inline: every keyed call adds twice
+        outcome = entry.outcome  # `_sizeof`, inline
         size = entry.base + self.reserve + (0 if outcome is None else len(outcome))
         counts = self.counts
         if old is not None:
@@ -180,7 +180,7 @@ class _Records:
         entries = self.entries
         entries[rid] = entry
         self.bytes += size
-        if len(heap) > 2 * len(entries) + 16:  # `moved`, inline: every keyed call adds twice
+        if len(heap) > 2 * len(entries) + 16:  # `moved`, inline
             heap[:] = [(e.expires, r) for r, e in entries.items()]
             heapq.heapify(heap)
         heapq.heappush(heap, (entry.expires, rid))
@@ -197,7 +197,7 @@ class _Records:
         """Remove a record; `sid` is `_scope_of(rid)` when the caller has it already."""
         entry = self.entries.pop(rid, None)
         if entry is not None:
-            outcome = entry.outcome  # `_sizeof`, inline: every keyed call removes its claim
+            outcome = entry.outcome  # `_sizeof`, inline
             size = entry.base + self.reserve + (0 if outcome is None else len(outcome))
             self.bytes -= size
             if self.counts is not None:
