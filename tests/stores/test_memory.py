@@ -322,3 +322,21 @@ def test_pack_is_the_round_trip(fingerprint: str, owner: str) -> None:
     assert entry.meta == _pack_by_round_trip(fingerprint, owner)
     claim = _run(store.claim("s" * 64, "k", fingerprint, owner, 30.0))
     assert (claim.existing.fingerprint, claim.existing.owner) == (fingerprint, owner)
+
+
+def test_claim_rebuilds_a_stale_heap_as_add_does() -> None:
+    """Renewals and completions leave stale heap entries behind; the claim that finds more
+    stale entries than live ones rebuilds the heap, as `_Records.add` did."""
+    clocks = FakeClock(), FakeClock()
+    stores = [cls(clock=c) for cls, c in zip((MemoryStore, _RemoveThenAdd), clocks, strict=True)]
+    owner = "0" * 32
+    for store, clock in zip(stores, clocks, strict=True):
+        _run(store.claim("a" * 64, "renewed", "f" * 64, owner, 30.0))
+        for _ in range(10):
+            clock.advance(1)
+            _run(store.renew("a" * 64, "renewed", owner, 30.0))
+        for i in range(25):  # each completion leaves its lease's heap entry behind
+            _run(store.claim("a" * 64, f"k{i}", "f" * 64, owner, 30.0))
+            _run(store.complete("a" * 64, f"k{i}", owner, b"{}", 60.0))
+        assert len(store._running.heap) <= 2 * len(store._running.entries) + 17
+    assert _state(stores[0]) == _state(stores[1])
