@@ -394,9 +394,7 @@ class IdempotencyMiddleware:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
         if policy is None and not self.by_name:  # never a same-named function's, elsewhere
             policy = self.engine.policy_for(name, by_name=False)
-        call = ToolCall(
-            name=name, arguments=arguments, key=key, context=context, policy=policy, source=source
-        )
+        call = ToolCall(name, arguments, key, context, policy, source)  # positional: cheaper
         decide = self.decide
         if decide is not None:
             outcome = await decide(self.engine, call, run)

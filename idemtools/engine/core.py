@@ -35,7 +35,7 @@ from ..lease_keeper import LeaseKeeper
 from ..outcome import Outcome
 from ..policy import DEFAULT_POLICY, Policy, Registry, authorize_call, default_registry
 from ..scopes import AuthorizeFn
-from ..stores.base import Claim, Record, Store
+from ..stores.base import Record, Store
 from ..telemetry import OnOutcome, Telemetry
 from .decision import (
     ToolCall,
@@ -217,12 +217,27 @@ class Engine(Lifecycle):
                 scope = derived_scope(scope)
             fp = fingerprint_of(call, key)
             now = time.time()
-            execution = Execution(scope, key, fp, new_owner(now), policy, call.name, now, obs=obs)
-            claim = await self._claim(execution)
+            owner = new_owner(now)
+            execution = Execution(scope, key, fp, owner, policy, call.name, now, None, obs)
+            # The claim, its common path inline (no frame of its own per call; its other
+            # outcomes are the methods after `_answer_existing`).
+            held = execution.held = self.keeper.hold(
+                scope, key, owner, policy.lease, policy.max_runtime, call.name
+            )
+            self._executing.add(execution)
+            try:
+                claim = await self._calls.claim(scope, key, fp, owner, policy.lease)
+            except BaseException as exc:
+                await self._claim_failed(execution, exc)
+                raise
             if not claim.claimed:
+                await self._not_claimed(execution)
                 if claim.existing is None:  # a store bug, not a client error
                     raise RecordCorruptError("store answered neither claimed nor a record", key=key)
                 return self._answer_existing(claim.existing, key, fp, policy)
+            held.claimed = True
+            if self._closing:
+                await self._claimed_while_closing(execution)
         except RefusedError as exc:
             self.stats.refusals += 1
             log.info(
@@ -251,33 +266,26 @@ class Engine(Lifecycle):
 
     # -- the claim -------------------------------------------------------------------------------
 
-    async def _claim(self, ex: Execution) -> Claim:
-        """Claim the key; a caller cancelled while the claim is on its way to the store must not
-        leave the key "in progress" for a whole lease while nothing runs.
+    # The claim's common path is inline in `_handle`: the keeper holds the lease from before
+    # the claim is sent (if this event loop blocks between the claim landing and the engine
+    # seeing the answer, it is renewed anyway), and the execution counts from there, so that
+    # `drain()` waits for a claim still on its way to the store (and the store is not closed
+    # under its answer). What follows are its other outcomes.
+    #
+    # A caller cancelled while the claim is on its way to the store must not leave the key "in
+    # progress" for a whole lease while nothing runs. No shield on this path (an anyio cancel
+    # scope costs ~9 us, on every keyed call): whatever cancels the caller — anyio (how the
+    # SDKs cancel a request: the client's `notifications/cancelled`, a dropped connection) or
+    # a native `task.cancel()` — the claim may or may not have reached the store, so it is
+    # released after the fact, fenced by the owner token so that it can never free anyone
+    # else's claim: on asyncio from a background task (once more a moment later, in case the
+    # claim was still in flight), on trio inline under a shield.
 
-        No shield on this path (an anyio cancel scope costs ~9 us, on every keyed call):
-        whatever cancels the caller — anyio (how the SDKs cancel a request: the client's
-        `notifications/cancelled`, a dropped connection) or a native `task.cancel()` — the
-        claim may or may not have reached the store, so it is released after the fact, fenced
-        by the owner token so that it can never free anyone else's claim: on asyncio from a
-        background task (once more a moment later, in case the claim was still in flight), on
-        trio inline under a shield.
-        """
-        # The keeper holds the lease from before the claim is sent: if this event loop blocks
-        # between the claim landing and this coroutine seeing the answer, it is renewed anyway.
-        policy = ex.policy
-        held = ex.held = self.keeper.hold(
-            ex.scope, ex.key, ex.owner, policy.lease, policy.max_runtime, ex.tool
-        )
-        # The execution counts from here, so that `drain()` waits for a claim still on its way
-        # to the store (and the store is not closed under its answer).
-        self._executing.add(ex)
-        try:
-            claim = await self._calls.claim(
-                ex.scope, ex.key, ex.fingerprint, ex.owner, ex.policy.lease
-            )
-        except Exception as exc:
-            self.keeper.drop(held)
+    async def _claim_failed(self, ex: Execution, exc: BaseException) -> None:
+        """The claim raised `exc` (re-raised by the caller): undo what may have landed."""
+        assert ex.held is not None
+        self.keeper.drop(ex.held)
+        if isinstance(exc, Exception):
             try:
                 if isinstance(exc, StoreUnavailableError):
                     # The store may have applied the claim and lost only its answer (a
@@ -289,34 +297,34 @@ class Engine(Lifecycle):
                 if self._ended_now(ex):
                     with shielded():
                         await self._close_later()
-            raise
-        except BaseException:  # cancelled (asyncio.CancelledError, trio.Cancelled)
-            self.keeper.drop(held)
-            if on_asyncio():
-                self._release_later(ex)
-            else:
-                with shielded():
-                    await self._release_quietly(ex)
-            if self._ended_now(ex):
-                with shielded():
-                    await self._close_later()
-            raise
-        if not claim.claimed:
-            self.keeper.drop(held)
-            self._executing.discard(ex)
-            if self._closing:
-                await self._ended(ex)
-            return claim
-        held.claimed = True
-        if self._closing:
-            # Claimed after closing began: not run. Released (fenced by owner) before the
-            # store may close, and refused like any call that arrives during shutdown.
-            self.keeper.drop(held)
+            return
+        # cancelled (asyncio.CancelledError, trio.Cancelled)
+        if on_asyncio():
+            self._release_later(ex)
+        else:
             with shielded():
-                await self._release_quietly(ex, why="the server is shutting down")
-                await self._ended(ex)
-            raise StoreUnavailableError(_SHUTTING_DOWN, key=ex.key)
-        return claim
+                await self._release_quietly(ex)
+        if self._ended_now(ex):
+            with shielded():
+                await self._close_later()
+
+    async def _not_claimed(self, ex: Execution) -> None:
+        """The key has a record already: nothing of this call's to renew or wait for."""
+        assert ex.held is not None
+        self.keeper.drop(ex.held)
+        self._executing.discard(ex)
+        if self._closing:
+            await self._ended(ex)
+
+    async def _claimed_while_closing(self, ex: Execution) -> None:
+        """Claimed after closing began: not run. Released (fenced by owner) before the store
+        may close, and refused like any call that arrives during shutdown."""
+        assert ex.held is not None
+        self.keeper.drop(ex.held)
+        with shielded():
+            await self._release_quietly(ex, why="the server is shutting down")
+            await self._ended(ex)
+        raise StoreUnavailableError(_SHUTTING_DOWN, key=ex.key)
 
     async def _release_after_failure(self, ex: Execution) -> None:
         """Release a claim the store may have applied although it raised: inline, so that the
@@ -388,7 +396,7 @@ class Engine(Lifecycle):
         return protect(self._execute_body(ex, run), self._workers)
 
     async def _execute_body(self, ex: Execution, run: Run) -> Outcome:
-        # The lease keeper renews the claim, off this event loop, from the claim (see `_claim`)
+        # The lease keeper renews the claim, off this event loop, from the claim (see `_handle`)
         # until the outcome is recorded (a record written after a store outage included).
         held = ex.held
         try:
