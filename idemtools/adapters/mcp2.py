@@ -385,7 +385,7 @@ class IdempotencyMiddleware:
             final = result.get("resultType", "complete") != "input_required"
             if final and result.get("isError") and await self.unknown(ctx, name, known):
                 final = False  # an unknown tool ran nothing: answered, not recorded
-            return Outcome(result=result, final=final)
+            return Outcome(result, None, final)  # positional: cheaper
 
         try:
             context = _context(ctx, self.issuer, name, arguments)

@@ -207,7 +207,9 @@ class Engine(Lifecycle):
         try:
             if self._closing:
                 raise StoreUnavailableError(_SHUTTING_DOWN, key=call.key)
-            key = check_key(call.key, self.max_key_length)
+            key = call.key
+            if not isinstance(key, str) or not 1 <= len(key) <= self.max_key_length:
+                key = check_key(key, self.max_key_length)  # raises: its test, inline above
             policy = call.policy or self.registry.get(call.name) or self.default_policy
             check = policy.authorize or self.authorize
             if check is not None:  # before any record is read: a replay is no bypass

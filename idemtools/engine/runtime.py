@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import sys
 import types
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
@@ -39,8 +40,14 @@ except ImportError:  # pragma: no cover - another anyio: `cancel_pending` always
 else:
     if not all(
         hasattr(_AsyncioScope(), name) for name in ("_cancel_called", "_shield", "_parent_scope")
-    ) or not callable(getattr(_task_states, "get", None)):  # pragma: no cover
+    ) or not isinstance(getattr(_task_states, "data", None), dict):  # pragma: no cover
         _task_states = None  # type: ignore[assignment]
+
+
+# 3.11's `asyncio.current_task` is a Python function around this table: read it directly.
+_TASKS: dict[Any, asyncio.Task[Any]] | None = getattr(asyncio.tasks, "_current_tasks", None)
+if sys.version_info >= (3, 12) or not isinstance(_TASKS, dict):
+    _TASKS = None
 
 __all__ = [
     "Workers",
@@ -62,11 +69,16 @@ def on_asyncio() -> bool:
             name = _library_cvar.get()
         if name is not None:
             return bool(name == "asyncio")
-        try:
-            if asyncio.current_task() is not None:
+        if _TASKS is not None:  # 3.11: `current_task`'s table, read directly
+            loop = asyncio.events._get_running_loop()
+            if loop is not None and _TASKS.get(loop) is not None:
                 return True
-        except RuntimeError:
-            pass
+        else:
+            try:
+                if asyncio.current_task() is not None:
+                    return True
+            except RuntimeError:
+                pass
     return _current_async_library() == "asyncio"
 
 
@@ -84,8 +96,11 @@ def cancel_pending() -> bool:
     states = _task_states
     if states is None or not on_asyncio():
         return True
-    task = asyncio.current_task()
-    state = states.get(task) if task is not None else None
+    tasks = _TASKS
+    task = tasks.get(asyncio.get_running_loop()) if tasks is not None else asyncio.current_task()
+    # `WeakKeyDictionary.get`, inline (its table is `data`, keyed by weak references).
+    table: dict[Any, Any] = states.data  # type: ignore[attr-defined]
+    state = table.get(weakref.ref(task)) if task is not None else None
     if state is None:
         return False  # no anyio scope: anyio's checkpoint_if_cancelled returns at once too
     scope = state.cancel_scope
@@ -185,7 +200,7 @@ class _TaskSwitch:
     Looked up once, when this module is imported: a Python whose asyncio lacks them fails
     here, loudly, naming them, rather than running executions in the wrong task."""
 
-    __slots__ = ("enter", "leave")
+    __slots__ = ("current", "enter", "leave")
 
     def __init__(self) -> None:
         enter = getattr(asyncio.tasks, "_enter_task", None)
@@ -204,6 +219,12 @@ class _TaskSwitch:
             )
         self.enter: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], None] = enter
         self.leave: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], None] = leave
+        # The loop → current task table itself (3.11's `current_task` is a Python function
+        # around it), else that function.
+        tasks = getattr(asyncio.tasks, "_current_tasks", None)
+        self.current: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None] = (
+            tasks.get if isinstance(tasks, dict) else asyncio.current_task
+        )
 
 
 class _FirstStep:
@@ -385,7 +406,7 @@ class Workers:
             self._idle = idle
         worker = idle.pop() if idle else _Worker(self, loop)
         context = contextvars.copy_context()
-        caller = asyncio.current_task(loop)
+        caller = switch.current(loop)
         if caller is not None:
             switch.leave(loop, caller)
         switch.enter(loop, worker.task)
