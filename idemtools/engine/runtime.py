@@ -382,12 +382,14 @@ class Workers:
     Kept per engine, not per process: idle workers hold their loop, and go with the engine.
     """
 
-    __slots__ = ("_idle", "_loop", "background")
+    __slots__ = ("_idle", "background")
 
     def __init__(self, background: set[asyncio.Task[Any]]) -> None:
         self.background = background
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._idle: list[_Worker] = []
+        # (loop, its idle workers), replaced as one value: an engine whose calls come from
+        # another loop (a test's next one, another thread's) never hands one loop's worker
+        # to the other.
+        self._idle: tuple[asyncio.AbstractEventLoop | None, list[_Worker]] = (None, [])
 
     def start(
         self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Outcome]
@@ -400,10 +402,10 @@ class Workers:
                 self.background.add(started)
                 started.add_done_callback(self.background.discard)
             return started
-        idle = self._idle
-        if loop is not self._loop:  # another loop (a test's next one): its own workers
-            self._loop, idle = loop, []
-            self._idle = idle
+        on, idle = self._idle
+        if on is not loop:  # another loop: its own workers
+            idle = []
+            self._idle = (loop, idle)
         worker = idle.pop() if idle else _Worker(self, loop)
         context = contextvars.copy_context()
         caller = switch.current(loop)
@@ -437,7 +439,7 @@ class Workers:
                 job = await worker.wake
             except asyncio.CancelledError:  # its loop tearing down
                 with contextlib.suppress(ValueError):
-                    self._idle.remove(worker)
+                    self._idle[1].remove(worker)
                 wake = worker.wake
                 if wake.done() and not wake.cancelled():
                     # Woken with an execution, then cancelled before its first step here:
@@ -459,9 +461,10 @@ class Workers:
             job.future.set_result(outcome)
             loop = worker.task.get_loop()
             worker.wake = loop.create_future()
-            if loop is not self._loop:
+            on, idle = self._idle
+            if on is not loop:
                 return  # the engine moved to another loop meanwhile
-            self._idle.append(worker)
+            idle.append(worker)
 
 
 def _cancel_job(job: _Job) -> None:
