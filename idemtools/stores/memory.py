@@ -513,6 +513,10 @@ class MemoryStore:
         *,
         fingerprint: str | None = None,
     ) -> bool:
+        # Kept as an exact-size copy: orjson's `dumps` (how `Outcome.to_bytes` writes) returns
+        # bytes that keep its whole write buffer, 4 KiB at least, so a kept record would cost
+        # many times what `max_bytes` counts for it (and a page fault per keyed call).
+        outcome = memoryview(outcome).tobytes()
         sid = _scope_prefix(scope)  # == _scope_of(rid), once per operation
         rid = sid + key.encode("utf-8", "surrogatepass")  # == self._id(scope, key)
         lock, clock = self._lock, self._clock
@@ -603,7 +607,7 @@ class MemoryStore:
         record and let a retry run the tool again.
         """
         self.outcomes_not_kept += 1
-        return not_kept("memory store", outcome, self.max_bytes, key)
+        return memoryview(not_kept("memory store", outcome, self.max_bytes, key)).tobytes()
 
     async def release(self, scope: str, key: str, owner: str) -> bool:
         rid = self._id(scope, key)

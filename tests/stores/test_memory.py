@@ -340,3 +340,32 @@ def test_claim_rebuilds_a_stale_heap_as_add_does() -> None:
             _run(store.complete("a" * 64, f"k{i}", owner, b"{}", 60.0))
         assert len(store._running.heap) <= 2 * len(store._running.entries) + 17
     assert _state(stores[0]) == _state(stores[1])
+
+
+def test_a_kept_outcome_costs_its_own_size_not_its_writers_buffer() -> None:
+    # orjson's `dumps` (how `Outcome.to_bytes` writes) returns bytes that keep its whole write
+    # buffer (4 KiB at least): kept as given, 1,000 small records held ~4.5 MB where
+    # `max_bytes` counted ~0.5 MB (and every keyed call took a page fault).
+    import tracemalloc
+
+    from idemtools import Outcome
+
+    store = MemoryStore(max_records_per_scope=None, max_bytes_per_scope=None)
+    owners = [f"{i:032x}" for i in range(1000)]
+    for i, owner in enumerate(owners):
+        _run(store.claim("s" * 64, f"k{i}", "f" * 64, owner, 30.0))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i, owner in enumerate(owners):
+            data = Outcome(result={"content": [{"type": "text", "text": str(i)}]}).to_bytes()
+            assert _run(store.complete("s" * 64, f"k{i}", owner, data, 60.0, fingerprint="f" * 64))
+        del data  # the store holds what it keeps; the writer's bytes go
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown / 1000 < 600, f"{grown / 1000:.0f} bytes per kept outcome"
+    record = _run(store.get("s" * 64, "k7"))
+    assert record is not None and Outcome.from_bytes(record.outcome).result == {
+        "content": [{"type": "text", "text": "7"}]
+    }
