@@ -94,11 +94,7 @@ class Outcome:
         fields["error"] = error
         fields["final"] = final
         fields["replayed"] = replayed
-        if (result is None) == (error is None):  # `__post_init__`, inline (every call)
-            raise ValueError("an Outcome holds exactly one of result or error")
-
-    def __post_init__(self) -> None:
-        if (self.result is None) == (self.error is None):
+        if (result is None) == (error is None):
             raise ValueError("an Outcome holds exactly one of result or error")
 
     @classmethod

@@ -57,32 +57,6 @@ class Execution:
     obs: Watch | None = None  # the observers' watch, when any listens
     reraise: BaseException | None = None  # an interrupt the tool raised, raised once recorded
 
-    def __init__(
-        self,
-        scope: str,
-        key: str,
-        fingerprint: str,
-        owner: str,
-        policy: Policy,
-        tool: str,
-        started: float,
-        held: Lease | None = None,
-        obs: Watch | None = None,
-        reraise: BaseException | None = None,
-    ) -> None:
-        # Written out (the generated one is the same, but one is built per keyed call, and
-        # this one is called positionally): the fields in their declared order.
-        self.scope = scope
-        self.key = key
-        self.fingerprint = fingerprint
-        self.owner = owner
-        self.policy = policy
-        self.tool = tool
-        self.started = started
-        self.held = held
-        self.obs = obs
-        self.reraise = reraise
-
 
 async def run_tool(ex: Execution, run: Run) -> Outcome:
     """The tool's outcome; whatever it raises becomes one (recorded, never run again), except

@@ -154,7 +154,7 @@ def protect(body: Coroutine[Any, Any, Outcome], workers: Workers) -> Outcome | A
 
 
 async def _shielded(body: Coroutine[Any, Any, Outcome]) -> Outcome:
-    with anyio.CancelScope(shield=True):
+    with shielded():
         outcome = await body
     return outcome
 
@@ -219,11 +219,9 @@ class _TaskSwitch:
             )
         self.enter: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], None] = enter
         self.leave: Callable[[asyncio.AbstractEventLoop, asyncio.Task[Any]], None] = leave
-        # The loop → current task table itself (3.11's `current_task` is a Python function
-        # around it), else that function.
-        tasks = getattr(asyncio.tasks, "_current_tasks", None)
+        # The loop → current task table itself (`_TASKS`), else `current_task`.
         self.current: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None] = (
-            tasks.get if isinstance(tasks, dict) else asyncio.current_task
+            _TASKS.get if _TASKS is not None else asyncio.current_task
         )
 
 
@@ -247,9 +245,13 @@ async def _carry_on(step: _FirstStep) -> Outcome | None:
 
 
 @types.coroutine
-def _resume(coro: Coroutine[Any, Any, Outcome], waiting_on: Any) -> Generator[Any, None, Outcome]:
+def _resume(
+    coro: Coroutine[Any, Any, Outcome], waiting_on: Any, context: contextvars.Context | None = None
+) -> Generator[Any, None, Outcome]:
     """Go on driving a coroutine that already yielded `waiting_on`, exactly as `await` would:
-    the task waits on that first (a future or a bare checkpoint), then on whatever follows."""
+    the task waits on that first (a future or a bare checkpoint), then on whatever follows.
+    With `context`, each step runs in it (a worker carrying an execution on, `Workers`);
+    without, in the task's own."""
     while True:
         try:
             yield waiting_on
@@ -257,13 +259,14 @@ def _resume(coro: Coroutine[Any, Any, Outcome], waiting_on: Any) -> Generator[An
             coro.close()
             raise
         except BaseException as exc:  # thrown into the task (a cancellation): pass it on
-            try:
-                waiting_on = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+            step: Callable[[Any], Any] = coro.throw
+            value: Any = exc
         else:
-            outcome: Outcome = yield from coro
-            return outcome
+            step, value = coro.send, None
+        try:
+            waiting_on = step(value) if context is None else context.run(step, value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
 
 
 def _start_eagerly_311(
@@ -447,7 +450,7 @@ class Workers:
                     _cancel_job(wake.result())
                 raise
             try:
-                outcome = await _carry(job)
+                outcome = await _resume(job.coro, job.waiting_on, job.context)
             except BaseException as exc:
                 # An interrupt, or this task cancelled (its loop tearing down): the end of
                 # this worker; the waiting caller sees the same.
@@ -479,26 +482,3 @@ def _retrieved(task: asyncio.Task[None]) -> None:
     # task's is): its caller saw it through the execution's future; nothing is left to log.
     if not task.cancelled():
         task.exception()
-
-
-@types.coroutine
-def _carry(job: _Job) -> Generator[Any, None, Outcome]:
-    """Go on driving an execution's coroutine from where its first step stopped, each step in
-    its own context, exactly as its own task would (`await` on what it waits for)."""
-    coro, context, waiting_on = job.coro, job.context, job.waiting_on
-    while True:
-        try:
-            yield waiting_on
-        except GeneratorExit:  # the worker is destroyed unfinished (its loop closed)
-            coro.close()
-            raise
-        except BaseException as exc:  # thrown into the worker (a cancellation): pass it on
-            try:
-                waiting_on = context.run(coro.throw, exc)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-        else:
-            try:
-                waiting_on = context.run(coro.send, None)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]

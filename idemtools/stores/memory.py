@@ -223,7 +223,6 @@ _INSTANCES = (
 """The generated docs' words for this store (`info()`)."""
 
 _CLAIMED = Claim(claimed=True)  # frozen: one shared answer instead of one per claim
-_COMPLETED = Status.COMPLETED
 
 
 def _unhex(text: str, size: int) -> bytes | None:
@@ -400,15 +399,8 @@ class MemoryStore:
             now = clock()  # not `self._clock()`: 3.11 cannot specialize that method lookup
             running, done = self._running, self._done
             entry = done.entries.get(rid)  # `_find`, inline (as `_pack` and `_Entry` below)
-            if entry is not None and entry.expires > now:  # a replay: `_record`, inline
-                meta = entry.meta
-                if isinstance(meta, bytes):
-                    fp, own = meta[:32].hex(), meta[32:].hex()
-                else:
-                    fp, own = meta
-                # No max(0.0, ...): expires > now. Positional, as in `_record`.
-                record = Record(_COMPLETED, fp, own, entry.expires - now, entry.outcome)
-                return Claim(False, record)
+            if entry is not None and entry.expires > now:  # a replay
+                return Claim(False, self._record(entry, Status.COMPLETED, now))
             entry = running.entries.get(rid)
             if entry is not None and entry.expires > now:
                 return Claim(False, self._record(entry, Status.IN_PROGRESS, now))
