@@ -1,0 +1,207 @@
+"""How close idemtools' keyed first execution is to the least such a call can cost.
+
+    python benchmarks/bench_mcp_floor.py              # mcp 2.x only
+    python benchmarks/bench_mcp_floor.py --calls 3000
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=cg.out.%p \
+        python benchmarks/bench_mcp_floor.py --callgrind --calls 300   # instructions, per server
+
+`bench_mcp.py`'s client path and in-memory transport, and four servers side by side, interleaved
+in a freshly shuffled order every round:
+
+* bare: no idemtools;
+* dict floor: a middleware that deduplicates in a plain dict (SHA-256 of orjson's sorted
+  arguments, the outcome kept as orjson bytes) and nothing else: no scope, no lease, no bounds,
+  no expiry, no owner token, no cancellation protection. Less than the contract allows;
+* contract floor: the same middleware doing, flat in one function and each in the cheapest way
+  found, every step semantics.md asks of a keyed first execution: the key's check, a scope per
+  session, the RFC 8785 fingerprint (`idemtools.canonical`), an owner token, a claim with a
+  lease under a lock, the lease keeper's registration, a record with its retention and byte
+  count, an exact-size copy of the outcome. No telemetry, no hooks, no layering;
+* idemtools: `install(server)` with MemoryStore, keyed.
+
+Medians and ratios to bare. The floors are measurement devices, not code to use: they skip what
+a server needs around those steps (refusals as values, error outcomes, the expiry sweep, the
+keeper's thread, the shutdown paths). What they show is how much of the keyed call's cost is
+the contract's own work on this runtime, and how much is idemtools'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import heapq
+import importlib.metadata
+import os
+import random
+import statistics
+import threading
+import time
+import uuid
+from typing import Any
+
+import anyio
+import orjson
+from bench_mcp import build, connect, timed
+
+from idemtools.adapters import SDK2
+from idemtools.canonical import fingerprint
+
+LEASE = 60.0
+RETENTION = 86_400.0
+
+
+class DictFloor:
+    """Deduplicate keyed calls in a dict: the least any deduplication can do."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, tuple[bytes, bytes | None]] = {}
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        params = ctx.params
+        if ctx.method != "tools/call" or not params:
+            return await call_next(ctx)
+        key = params.get("idempotencyKey")
+        if key is None:
+            return await call_next(ctx)
+        fp = hashlib.sha256(
+            orjson.dumps(params.get("arguments"), option=orjson.OPT_SORT_KEYS)
+        ).digest()
+        found = self.records.get(key)
+        if found is not None and found[1] is not None:
+            return orjson.loads(found[1])
+        self.records[key] = (fp, None)
+        result = await call_next(ctx)
+        self.records[key] = (fp, orjson.dumps(result))
+        return result
+
+
+class ContractFloor:
+    """Every step semantics.md asks of a keyed first execution, flat, each at its cheapest."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: dict[tuple[str, str], tuple[str, str, float]] = {}
+        self.done: dict[tuple[str, str], tuple[str, str, float, bytes]] = {}
+        self.heap: list[tuple[float, tuple[str, str]]] = []
+        self.bytes = 0
+        self.per_scope: dict[str, int] = {}
+        self.live: set[object] = set()  # the lease keeper's registrations
+        self.scopes: dict[int, str] = {}  # id(connection) → its scope, made once
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        params = ctx.params
+        if ctx.method != "tools/call" or not params or ctx.request_id is None:
+            return await call_next(ctx)
+        key = params.get("idempotencyKey")
+        if key is None:
+            return await call_next(ctx)
+        if not isinstance(key, str) or not 1 <= len(key) <= 255:
+            raise ValueError("invalid key")  # a refusal in the real thing
+        name, arguments = params.get("name"), params.get("arguments")
+        # Per connection: `ctx.session` is a new object per request, its `Connection` is not.
+        connection = ctx.session._connection
+        scope = self.scopes.get(id(connection))
+        if scope is None:
+            scope = self.scopes[id(connection)] = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+        fp = fingerprint(name, arguments)
+        rid = (scope, key)
+        owner = os.urandom(16).hex()
+        now = time.monotonic()
+        with self.lock:
+            found = self.done.get(rid)
+            if found is not None and found[2] > now:
+                return orjson.loads(found[3])  # a replay (the fingerprint check skipped)
+            if rid in self.running:
+                raise ValueError("in progress")
+            if self.per_scope.get(scope, 0) >= 10_000:
+                raise ValueError("quota")
+            self.running[rid] = (fp, owner, now + LEASE)
+            self.per_scope[scope] = self.per_scope.get(scope, 0) + 1
+            heapq.heappush(self.heap, (now + LEASE, rid))
+            lease = (rid, owner)
+            self.live.add(lease)
+        result = await call_next(ctx)
+        outcome = memoryview(orjson.dumps(result)).tobytes()
+        with self.lock:
+            self.live.discard(lease)
+            if self.running.pop(rid, None) is not None:
+                self.done[rid] = (fp, owner, now + RETENTION, outcome)
+                self.bytes += len(outcome) + 400
+                heapq.heappush(self.heap, (now + RETENTION, rid))
+        return result
+
+
+def build_floor(middleware: Any) -> Any:
+    server = build(False)
+    server._lowlevel_server.middleware.append(middleware)
+    return server
+
+
+async def instructions(calls: int) -> None:
+    """Under callgrind: each server's block of keyed first executions dumped as its own part."""
+    from bench_mcp_callgrind import control
+
+    async with (
+        connect(build(False)) as bare,
+        connect(build_floor(DictFloor())) as dict_floor,
+        connect(build_floor(ContractFloor())) as contract_floor,
+        connect(build(True)) as idem,
+    ):
+        sessions = {"bare": bare, "dict-floor": dict_floor, "contract-floor": contract_floor}
+        sessions["idemtools"] = idem
+        for _ in range(100):
+            for kind, session in sessions.items():
+                await timed(session, None if kind == "bare" else uuid.uuid4().hex)
+        for kind, session in sessions.items():
+            keys = [None if kind == "bare" else uuid.uuid4().hex for _ in range(calls)]
+            control("-i", "on")
+            for key in keys:
+                await timed(session, key)
+            control("-i", "off")
+            control("-d", kind)
+
+
+async def main(calls: int) -> None:
+    samples: dict[str, list[float]] = {
+        k: [] for k in ("bare", "dict floor", "contract floor", "idemtools")
+    }
+    async with (
+        connect(build(False)) as bare,
+        connect(build_floor(DictFloor())) as dict_floor,
+        connect(build_floor(ContractFloor())) as contract_floor,
+        connect(build(True)) as idem,
+    ):
+        sessions = {
+            "bare": bare,
+            "dict floor": dict_floor,
+            "contract floor": contract_floor,
+            "idemtools": idem,
+        }
+        for _ in range(50):  # warm every path
+            for kind, session in sessions.items():
+                await timed(session, None if kind == "bare" else uuid.uuid4().hex)
+        kinds = list(samples)
+        for _ in range(calls):
+            random.shuffle(kinds)
+            for kind in kinds:
+                key = None if kind == "bare" else uuid.uuid4().hex
+                samples[kind].append(await timed(sessions[kind], key))
+    base = statistics.median(samples["bare"])
+    version = importlib.metadata.version("mcp")
+    print(f"mcp {version}, in-memory transport, {calls} keyed first executions each (medians)")
+    print(f"{'server':<16}{'median us':>12}{'x bare':>9}")
+    for kind, values in samples.items():
+        median = statistics.median(values)
+        print(f"{kind:<16}{median * 1e6:>12.1f}{median / base:>9.3f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument(
+        "--callgrind", action="store_true", help="count instructions (run under callgrind)"
+    )
+    args = parser.parse_args()
+    if not SDK2:
+        raise SystemExit("bench_mcp_floor.py measures mcp 2.x (its server middleware)")
+    anyio.run(instructions if args.callgrind else main, args.calls)
