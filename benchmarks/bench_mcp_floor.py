@@ -4,6 +4,7 @@
     python benchmarks/bench_mcp_floor.py --calls 3000
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=cg.out.%p \
         python benchmarks/bench_mcp_floor.py --callgrind --calls 300   # instructions, per server
+    python benchmarks/bench_mcp_floor.py --only "contract floor"     # bare and one server
 
 `bench_mcp.py`'s client path and in-memory transport, and four servers side by side, interleaved
 in a freshly shuffled order every round:
@@ -28,6 +29,7 @@ the contract's own work on this runtime, and how much is idemtools'.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import heapq
 import importlib.metadata
@@ -37,6 +39,7 @@ import statistics
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -137,55 +140,50 @@ def build_floor(middleware: Any) -> Any:
     return server
 
 
-async def instructions(calls: int) -> None:
+SERVERS: dict[str, Callable[[], Any]] = {
+    "dict floor": lambda: build_floor(DictFloor()),
+    "contract floor": lambda: build_floor(ContractFloor()),
+    "idemtools": lambda: build(True),
+}
+
+
+@contextlib.asynccontextmanager
+async def sessions(only: list[str]) -> AsyncIterator[dict[str, Any]]:
+    """A session per server, bare first: all of them, or bare and those `only` names."""
+    async with contextlib.AsyncExitStack() as stack:
+        found = {"bare": await stack.enter_async_context(connect(build(False)))}
+        for name, make in SERVERS.items():
+            if not only or name in only:
+                found[name] = await stack.enter_async_context(connect(make()))
+        for _ in range(100):  # warm every path
+            for kind, session in found.items():
+                await timed(session, None if kind == "bare" else uuid.uuid4().hex)
+        yield found
+
+
+async def instructions(calls: int, only: list[str]) -> None:
     """Under callgrind: each server's block of keyed first executions dumped as its own part."""
     from bench_mcp_callgrind import control
 
-    async with (
-        connect(build(False)) as bare,
-        connect(build_floor(DictFloor())) as dict_floor,
-        connect(build_floor(ContractFloor())) as contract_floor,
-        connect(build(True)) as idem,
-    ):
-        sessions = {"bare": bare, "dict-floor": dict_floor, "contract-floor": contract_floor}
-        sessions["idemtools"] = idem
-        for _ in range(100):
-            for kind, session in sessions.items():
-                await timed(session, None if kind == "bare" else uuid.uuid4().hex)
-        for kind, session in sessions.items():
+    async with sessions(only) as found:
+        for kind, session in found.items():
             keys = [None if kind == "bare" else uuid.uuid4().hex for _ in range(calls)]
             control("-i", "on")
             for key in keys:
                 await timed(session, key)
             control("-i", "off")
-            control("-d", kind)
+            control("-d", kind.replace(" ", "-"))
 
 
-async def main(calls: int) -> None:
-    samples: dict[str, list[float]] = {
-        k: [] for k in ("bare", "dict floor", "contract floor", "idemtools")
-    }
-    async with (
-        connect(build(False)) as bare,
-        connect(build_floor(DictFloor())) as dict_floor,
-        connect(build_floor(ContractFloor())) as contract_floor,
-        connect(build(True)) as idem,
-    ):
-        sessions = {
-            "bare": bare,
-            "dict floor": dict_floor,
-            "contract floor": contract_floor,
-            "idemtools": idem,
-        }
-        for _ in range(50):  # warm every path
-            for kind, session in sessions.items():
-                await timed(session, None if kind == "bare" else uuid.uuid4().hex)
+async def main(calls: int, only: list[str]) -> None:
+    async with sessions(only) as found:
+        samples: dict[str, list[float]] = {kind: [] for kind in found}
         kinds = list(samples)
         for _ in range(calls):
             random.shuffle(kinds)
             for kind in kinds:
                 key = None if kind == "bare" else uuid.uuid4().hex
-                samples[kind].append(await timed(sessions[kind], key))
+                samples[kind].append(await timed(found[kind], key))
     base = statistics.median(samples["bare"])
     version = importlib.metadata.version("mcp")
     print(f"mcp {version}, in-memory transport, {calls} keyed first executions each (medians)")
@@ -201,7 +199,14 @@ if __name__ == "__main__":
     parser.add_argument(
         "--callgrind", action="store_true", help="count instructions (run under callgrind)"
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=list(SERVERS),
+        default=[],
+        help="measure bare and this server only (repeatable): fewer servers share the caches",
+    )
     args = parser.parse_args()
     if not SDK2:
         raise SystemExit("bench_mcp_floor.py measures mcp 2.x (its server middleware)")
-    anyio.run(instructions if args.callgrind else main, args.calls)
+    anyio.run(instructions if args.callgrind else main, args.calls, args.only)
