@@ -6,18 +6,20 @@
         python benchmarks/bench_mcp_floor.py --callgrind --calls 300   # instructions, per server
     python benchmarks/bench_mcp_floor.py --only "contract floor"     # bare and one server
 
-`bench_mcp.py`'s client path and in-memory transport, and four servers side by side, interleaved
-in a freshly shuffled order every round:
+`bench_mcp.py`'s client path and in-memory transport; a bare server beside the keyed ones (all
+three, or those named by `--only`), interleaved in a freshly shuffled order every round:
 
 * bare: no idemtools;
 * dict floor: a middleware that deduplicates in a plain dict (SHA-256 of orjson's sorted
-  arguments, the outcome kept as orjson bytes) and nothing else: no scope, no lease, no bounds,
-  no expiry, no owner token, no cancellation protection. Less than the contract allows;
+  arguments, an exact-size copy of the outcome's orjson bytes) and nothing else: no scope, no
+  lease, no bounds, no expiry, no owner token, no cancellation protection. Less than the
+  contract allows;
 * contract floor: the same middleware doing, flat in one function and each in the cheapest way
-  found, every step semantics.md asks of a keyed first execution: the key's check, a scope per
-  session, the RFC 8785 fingerprint (`idemtools.canonical`), an owner token, a claim with a
-  lease under a lock, the lease keeper's registration, a record with its retention and byte
-  count, an exact-size copy of the outcome. No telemetry, no hooks, no layering;
+  found, the steps semantics.md asks of a keyed first execution: the key's check, a scope per
+  connection, the RFC 8785 fingerprint (`idemtools.canonical`), an owner token (idemtools'
+  `new_owner`), a claim with a lease under a lock, a per-scope quota and a byte budget, the
+  lease keeper's registration, a record with its retention fenced by owner, an exact-size copy
+  of the outcome. No telemetry, no hooks, no cancellation protection, no layering;
 * idemtools: `install(server)` with MemoryStore, keyed.
 
 Medians and ratios to bare. The floors are measurement devices, not code to use: they skip what
@@ -33,7 +35,6 @@ import contextlib
 import hashlib
 import heapq
 import importlib.metadata
-import os
 import random
 import statistics
 import threading
@@ -48,9 +49,13 @@ from bench_mcp import build, connect, timed
 
 from idemtools.adapters import SDK2
 from idemtools.canonical import fingerprint
+from idemtools.engine.decision import new_owner
 
 LEASE = 60.0
 RETENTION = 86_400.0
+QUOTA = 10_000  # live records per scope: MemoryStore's default (records live for RETENTION)
+RESERVE = 400  # bytes counted per record besides its outcome
+MAX_BYTES = 256 << 20
 
 
 class DictFloor:
@@ -74,7 +79,7 @@ class DictFloor:
             return orjson.loads(found[1])
         self.records[key] = (fp, None)
         result = await call_next(ctx)
-        self.records[key] = (fp, orjson.dumps(result))
+        self.records[key] = (fp, memoryview(orjson.dumps(result)).tobytes())  # exact size
         return result
 
 
@@ -108,29 +113,39 @@ class ContractFloor:
             scope = self.scopes[id(connection)] = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
         fp = fingerprint(name, arguments)
         rid = (scope, key)
-        owner = os.urandom(16).hex()
+        owner = new_owner(time.time())  # idemtools' own: random bits drawn in batches
         now = time.monotonic()
-        with self.lock:
+        lock = self.lock
+        lock.acquire()  # not `with`: cheaper, as idemtools does
+        try:
             found = self.done.get(rid)
             if found is not None and found[2] > now:
                 return orjson.loads(found[3])  # a replay (the fingerprint check skipped)
-            if rid in self.running:
+            claim = self.running.get(rid)
+            if claim is not None and claim[2] > now:  # a lapsed claim is simply replaced
                 raise ValueError("in progress")
-            if self.per_scope.get(scope, 0) >= 10_000:
+            if self.per_scope.get(scope, 0) >= QUOTA or self.bytes + RESERVE > MAX_BYTES:
                 raise ValueError("quota")
-            self.running[rid] = (fp, owner, now + LEASE)
+            self.running[rid] = (fp, owner, now + LEASE)  # no heap: leases checked on read
             self.per_scope[scope] = self.per_scope.get(scope, 0) + 1
-            heapq.heappush(self.heap, (now + LEASE, rid))
+            self.bytes += RESERVE
             lease = (rid, owner)
             self.live.add(lease)
+        finally:
+            lock.release()
         result = await call_next(ctx)
         outcome = memoryview(orjson.dumps(result)).tobytes()
-        with self.lock:
+        lock.acquire()
+        try:
             self.live.discard(lease)
-            if self.running.pop(rid, None) is not None:
+            claim = self.running.get(rid)
+            if claim is not None and claim[1] == owner:  # fenced by owner
+                del self.running[rid]
                 self.done[rid] = (fp, owner, now + RETENTION, outcome)
-                self.bytes += len(outcome) + 400
-                heapq.heappush(self.heap, (now + RETENTION, rid))
+                self.bytes += len(outcome)
+                heapq.heappush(self.heap, (now + RETENTION, rid))  # the expiry sweep's
+        finally:
+            lock.release()
         return result
 
 
