@@ -255,7 +255,16 @@ async def test_blocking_tool_keeps_its_lease_on_the_cluster(redis_cluster: Local
         watcher.join(10)  # blocks this loop, as a sync tool does
         return Outcome(result={"content": [{"type": "text", "text": "ok"}], "isError": False})
 
+    async def warm() -> Outcome:
+        await asyncio.sleep(0.3)  # past lease / 3: one renewal, on the keeper's own connection
+        return Outcome(result={"content": [{"type": "text", "text": "warm"}], "isError": False})
+
     try:
+        # The keeper's thread and its cluster connection start at the first claim's renewal;
+        # on a loaded machine that start alone can outlast a 0.4 s lease. Started here first,
+        # so the blocking call below tests renewals, not the keeper's start-up.
+        warming = ToolCall(name="pay", arguments={}, key="warm", policy=_policy(lease=0.4))
+        assert _text(await engine.handle(warming, warm)) == "warm"
         call = ToolCall(name="pay", arguments={}, key="blocking", policy=_policy(lease=0.4))
         assert _text(await engine.handle(call, run)) == "ok"
     finally:
