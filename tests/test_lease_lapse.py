@@ -108,6 +108,7 @@ def _serve(url: str, prefix: str, how: str) -> tuple[dict[str, Any], str]:
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
+@pytest.mark.services
 def test_a_tool_holding_the_gil_past_its_lease_is_logged_and_counted(
     redis_prefix: tuple[str, str],
 ) -> None:
@@ -124,6 +125,7 @@ def test_a_tool_holding_the_gil_past_its_lease_is_logged_and_counted(
     assert report["stats"]["lease_lapses"] == 1
 
 
+@pytest.mark.services
 def test_a_tool_that_sleeps_past_its_lease_keeps_it(redis_prefix: tuple[str, str]) -> None:
     report, stderr = _serve(*redis_prefix, "sleep")
     assert "lease lapsed" not in stderr
@@ -131,6 +133,7 @@ def test_a_tool_that_sleeps_past_its_lease_keeps_it(redis_prefix: tuple[str, str
     assert report["stats"]["lost_claims"] == 0
 
 
+@pytest.mark.services
 def test_a_second_instance_that_runs_the_tool_meanwhile_is_never_silent(
     redis_prefix: tuple[str, str],
 ) -> None:

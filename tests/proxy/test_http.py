@@ -232,6 +232,7 @@ def test_kit_passes_over_stateful_http_with_sse_answers(tmp_path: Path) -> None:
     assert kit.check("sep-3182-scope-across-connections")["status"] == "pass"
 
 
+@pytest.mark.services
 def test_typescript_http_server_fails_alone_and_passes_behind_two_proxies(
     tmp_path: Path,
     node: str,  # noqa: F811

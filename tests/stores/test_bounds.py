@@ -57,7 +57,7 @@ async def _used(store: Store) -> int | None:
     return None
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.services)])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     make: Callable[[Path], Any] = {"memory": _memory, "sqlite": _sqlite, "postgres": _postgres}[
         request.param

@@ -199,6 +199,7 @@ def _b(text: str) -> bytes:
 OLD_KEYS = ["ok", "is-error", "rpc-error", "exact"]
 
 
+@pytest.mark.services
 async def test_old_and_new_releases_share_one_redis(old_package: str) -> None:
     url = need_redis()
     prefix = f"versions-{uuid.uuid4().hex[:8]}:"
