@@ -41,15 +41,24 @@ says nothing new per mcp release). A test there that does touch the SDK says so 
 _TESTS = Path(__file__).resolve().parent
 
 
+EVERY_PYTHON = ("engine/", "stores/", "proxy/test_config.py")
+"""SDK-free tests that CI runs on every supported Python, not only once: the engine, the
+in-process stores, the proxy's config reader (`tomli` on 3.10), and the SDK-free modules at the
+top of tests/ (canonical JSON, outcomes, the lease keeper, ...). The rest of the SDK-free tests
+(the proxy over its transports, the conformance kit) run once."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # CI runs `sdk_free` tests once (the README leg), not again on every mcp release.
     for item in items:
         try:
-            folder = Path(item.path).resolve().relative_to(_TESTS).parts[0]
+            parts = Path(item.path).resolve().relative_to(_TESTS).parts
         except ValueError:
             continue
-        if folder in SDK_FREE_DIRS and item.get_closest_marker("sdk") is None:
+        if parts[0] in SDK_FREE_DIRS and item.get_closest_marker("sdk") is None:
             item.add_marker(pytest.mark.sdk_free)
+        if len(parts) == 1 or "/".join(parts).startswith(EVERY_PYTHON):
+            item.add_marker(pytest.mark.every_python)
 
 
 # -- what was NOT tested, said loudly (issue 19 item 8) ---------------------------------------
