@@ -40,12 +40,12 @@ def version_checks(source: str) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if id(node) in allowed or not isinstance(node, (ast.Subscript, ast.Call, ast.Dict)):
             continue
-        # A table keyed by version, or the version used as a key or an argument.
-        if isinstance(node, ast.Subscript) and _mentions_version(node.slice):
-            found.append((node.lineno, ast.unparse(node)))
-        elif isinstance(node, ast.Dict) and any(
+        # A table looked up by version, or one keyed by it.
+        keyed = isinstance(node, ast.Subscript) and _mentions_version(node.slice)
+        table = isinstance(node, ast.Dict) and any(
             key is not None and _mentions_version(key) for key in node.keys
-        ):
+        )
+        if keyed or table:
             found.append((node.lineno, ast.unparse(node)))
     return found
 
