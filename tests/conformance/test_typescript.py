@@ -18,7 +18,7 @@ from tests.services import REQUIRE_ENV, services_required
 
 from .kit import HERE, LEGACY, run_kit
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.sdk_free, pytest.mark.slow]  # a TypeScript server, the SDK-free kit
 
 TS = HERE / "ts_server"
 

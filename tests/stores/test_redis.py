@@ -167,14 +167,16 @@ async def test_record_layout_prefix_and_expiry(store: RedisStore) -> None:
 
 
 async def test_lease_expires_in_real_time_and_stale_owner_is_fenced(store: RedisStore) -> None:
-    assert (await store.claim("s", "k", "fp", "old", 0.3)).claimed
-    await anyio.sleep(0.2)
-    assert await store.renew("s", "k", "old", 0.3)
-    await anyio.sleep(0.2)  # 0.4 s after the claim: alive only thanks to the renewal
-    held = await store.claim("s", "k", "fp", "new", 0.3)
+    # Half-lease margins: the renewal must land in time on a loaded machine (a 0.1 s margin
+    # failed under parallel test runs).
+    assert (await store.claim("s", "k", "fp", "old", 1.0)).claimed
+    await anyio.sleep(0.5)
+    assert await store.renew("s", "k", "old", 1.0)
+    await anyio.sleep(0.6)  # 1.1 s after the claim: alive only thanks to the renewal
+    held = await store.claim("s", "k", "fp", "new", 1.0)
     assert not held.claimed and held.existing is not None and held.existing.owner == "old"
-    await anyio.sleep(0.35)
-    assert (await store.claim("s", "k", "fp", "new", 0.3)).claimed
+    await anyio.sleep(1.0)
+    assert (await store.claim("s", "k", "fp", "new", 1.0)).claimed
     assert not await store.complete("s", "k", "old", b"{}", 60)
     assert not await store.release("s", "k", "old")
     assert await store.complete("s", "k", "new", b"{}", 60)
