@@ -76,7 +76,7 @@ class AuthInfo:
     token: Any = field(default=None, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CallContext:
     """What an SDK adapter tells the engine about the request: transport-free and typed.
 
@@ -98,26 +98,6 @@ class CallContext:
     tool: str | None = None
     arguments: Mapping[str, Any] | None = field(default=None, compare=False)
     raw: Any = field(default=None, compare=False, repr=False)
-
-    def __init__(
-        self,
-        transport: Transport = "unknown",
-        auth: AuthInfo | None = None,
-        session_id: str | None = None,
-        tool: str | None = None,
-        arguments: Mapping[str, Any] | None = None,
-        raw: Any = None,
-    ) -> None:
-        # The generated frozen `__init__` sets each field through `object.__setattr__`; an
-        # adapter builds one per keyed call, and writing the instance dict directly costs half
-        # (~6 k instructions less, callgrind). Still frozen: `__setattr__` refuses as before.
-        fields = self.__dict__
-        fields["transport"] = transport
-        fields["auth"] = auth
-        fields["session_id"] = session_id
-        fields["tool"] = tool
-        fields["arguments"] = arguments
-        fields["raw"] = raw
 
 
 ScopeFn = Callable[[CallContext], str]

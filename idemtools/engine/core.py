@@ -395,7 +395,7 @@ class Engine(Lifecycle):
             ex.obs.executing = True  # from here the execution, not its caller, ends it
         # A client that cancels or disconnects must not stop the call between its side effect
         # and its record, or the retry would run it again (see `runtime.protect`).
-        return protect(self._execute_body(ex, run), self._workers)
+        return protect(self._execute_body(ex, run), self._background)
 
     async def _execute_body(self, ex: Execution, run: Run) -> Outcome:
         # The lease keeper renews the claim, off this event loop, from the claim (see `_handle`)
