@@ -311,9 +311,9 @@ def declared_local_transport() -> LocalTransport | None:
 _SESSION_IDS: dict[int, tuple[weakref.ref[Any], str]] = {}
 """id(session object) → (a weak reference to it, its id); the entry goes when the object does.
 
-Keyed by `id()`, not a `WeakKeyDictionary`: that builds a weak reference on every lookup
-(~1 k instructions per keyed call, callgrind). The reference is checked, so an entry whose
-object is gone is never another object's."""
+Keyed by `id()`, not a `WeakKeyDictionary`: that builds a weak reference on every lookup, and
+every keyed call looks one up. The reference is checked, so an entry whose object is gone is
+never another object's."""
 
 
 def _forget_session(ref: weakref.ref[Any], key: int, table: dict[int, Any] = _SESSION_IDS) -> None:

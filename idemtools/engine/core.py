@@ -276,9 +276,10 @@ class Engine(Lifecycle):
     #
     # A caller cancelled while the claim is on its way to the store must not leave the key "in
     # progress" for a whole lease while nothing runs. No shield on this path (an anyio cancel
-    # scope costs ~9 us, on every keyed call): whatever cancels the caller — anyio (how the
-    # SDKs cancel a request: the client's `notifications/cancelled`, a dropped connection) or
-    # a native `task.cancel()` — the claim may or may not have reached the store, so it is
+    # scope on every keyed call would cost more than this rare clean-up): whatever cancels
+    # the caller — anyio (how the SDKs cancel a request: the client's
+    # `notifications/cancelled`, a dropped connection) or a native `task.cancel()` — the
+    # claim may or may not have reached the store, so it is
     # released after the fact, fenced by the owner token so that it can never free anyone
     # else's claim: on asyncio from a background task (once more a moment later, in case the
     # claim was still in flight), on trio inline under a shield.

@@ -10,6 +10,7 @@ breaks its users' servers on their next Python or anyio upgrade.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import sys
 from collections.abc import Awaitable, Coroutine
@@ -85,22 +86,49 @@ def protect(
     effect and its record: a client that cancels or disconnects must not leave a retry to run
     the call again. The outcome itself when the body finished at once, else what to await.
 
-    On asyncio the body runs as a task of its own, kept in `background` while it runs, and a
-    caller that suspends waits on it behind `asyncio.shield`, which holds off every
-    cancellation of the caller, anyio's (a `task.cancel()` underneath) and native ones alike.
-    A cancelled caller stops waiting; the call goes on to its record. Where Python starts a
-    task eagerly (`start_eagerly`), a call that never suspends (a fast tool, MemoryStore) is
-    answered without waiting for the event loop. Not a coroutine itself, so that such a call
+    On asyncio the body runs as a task of its own, kept in `background` while it runs, and
+    hands its outcome to a future of its caller's (`_answer`). A cancelled caller cancels only
+    that future, whatever cancelled it (anyio, which calls `task.cancel()` underneath, or a
+    native cancellation); the task goes on to its record. The same guard as `asyncio.shield`,
+    which would wake the caller one loop iteration later. Where Python starts a task eagerly
+    (`start_eagerly`), a call that never suspends (a fast tool, MemoryStore) is answered
+    without waiting for the event loop at all. Not a coroutine itself, so that such a call
     makes no frame of its own. On trio, which never cancels natively, an anyio shield suffices.
     """
     if not on_asyncio():
         return _shielded(body)
-    started = start_eagerly(asyncio.get_running_loop(), body)
-    if not isinstance(started, asyncio.Task):
-        return started
-    background.add(started)
-    started.add_done_callback(background.discard)
-    return asyncio.shield(started)
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[Outcome] = loop.create_future()
+    started = start_eagerly(loop, _answer(body, answer))
+    if answer.done():
+        return answer.result()  # eagerly, in its first step: no task is left
+    if isinstance(started, asyncio.Task):
+        background.add(started)
+        started.add_done_callback(functools.partial(_ended, background))
+    return answer
+
+
+def _ended(background: set[asyncio.Task[Any]], task: asyncio.Task[Any]) -> None:
+    background.discard(task)
+    if not task.cancelled():
+        task.exception()  # an interrupt its caller saw through `answer`: nothing left to log
+
+
+async def _answer(body: Coroutine[Any, Any, Outcome], answer: asyncio.Future[Outcome]) -> None:
+    """`body`'s outcome, or what it raised, into `answer` (a caller that left cancelled it)."""
+    try:
+        outcome = await body
+    except asyncio.CancelledError:  # this very task cancelled: its loop is tearing down
+        answer.cancel()
+        raise
+    except BaseException as exc:
+        if not answer.done():
+            answer.set_exception(exc)
+        if not isinstance(exc, Exception):
+            raise  # an interrupt: the loop's to see too, as from any task
+        return
+    if not answer.done():
+        answer.set_result(outcome)
 
 
 async def _shielded(body: Coroutine[Any, Any, Outcome]) -> Outcome:

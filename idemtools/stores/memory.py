@@ -342,8 +342,6 @@ class MemoryStore:
             fingerprint, owner = meta[:32].hex(), meta[32:].hex()
         else:
             fingerprint, owner = meta
-        # Positional (status, fingerprint, owner, remaining, outcome): a class called with
-        # keywords builds a dict for them, ~2k instructions more per record on 3.11.
         return Record(status, fingerprint, owner, max(0.0, entry.expires - now), entry.outcome)
 
     def _find(self, rid: bytes, now: float) -> tuple[_Entry, Status] | None:
