@@ -1,7 +1,7 @@
 """Instructions per `tools/call` round trip, per kind of call, under callgrind.
 
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=cg.out.%p \
-        python benchmarks/bench_mcp_callgrind.py [--calls 300]
+        python benchmarks/bench_mcp_callgrind.py [--calls 300] [--warmup 100]
     # then, per dump: grep '^desc: Trigger\\|^totals:' cg.out.*.*   (totals / calls)
 
 The same four kinds and client path as `bench_mcp.py` (a bare server; with idemtools on
@@ -27,10 +27,10 @@ def control(*args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(os.getpid())], check=True, capture_output=True)
 
 
-async def main(calls: int) -> None:
+async def main(calls: int, warmup: int) -> None:
     async with connect(build(False)) as bare, connect(build(True)) as idem:
         await timed(idem, "warm-replay")
-        for _ in range(100):
+        for _ in range(warmup):
             await timed(bare, None)
             await timed(idem, None)
             await timed(idem, uuid.uuid4().hex)
@@ -49,4 +49,6 @@ async def main(calls: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
-    anyio.run(main, parser.parse_args().calls)
+    parser.add_argument("--warmup", type=int, default=100, help="rounds of each kind first")
+    args = parser.parse_args()
+    anyio.run(main, args.calls, args.warmup)

@@ -179,10 +179,7 @@ class LeaseKeeper:
             None if max_runtime is None else now + max_runtime,
             tool,
         )
-        # acquire/release rather than `with`: ~1 k instructions less on 3.11, on every call.
-        lock = self._lock
-        lock.acquire()
-        try:
+        with self._lock:
             if self._closing:
                 return held  # shutting down: the engine refuses new calls; nothing to renew
             self._live.add(held)
@@ -196,8 +193,6 @@ class LeaseKeeper:
                 self._thread.start()
                 wake = False  # the new thread reads the schedule when it starts
             target_loop, event = self._loop, self._wake
-        finally:
-            lock.release()
         if wake and target_loop is not None and event is not None:
             with contextlib.suppress(RuntimeError):  # the keeper's loop just closed
                 target_loop.call_soon_threadsafe(event.set)

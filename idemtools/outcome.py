@@ -62,7 +62,7 @@ def is_tombstone(data: bytes) -> bool:
     return isinstance(body, dict) and body.get("kind") == _NOT_KEPT
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """A result or an error, as JSON.
 
@@ -79,22 +79,8 @@ class Outcome:
     final: bool = True
     replayed: bool = field(default=False, compare=False)
 
-    def __init__(
-        self,
-        result: dict[str, Any] | None = None,
-        error: dict[str, Any] | None = None,
-        final: bool = True,
-        replayed: bool = False,
-    ) -> None:
-        # The generated frozen `__init__` sets each field through `object.__setattr__`; every
-        # call builds at least one, and writing the instance dict directly costs half. Still
-        # frozen: `__setattr__` refuses as before.
-        fields = self.__dict__
-        fields["result"] = result
-        fields["error"] = error
-        fields["final"] = final
-        fields["replayed"] = replayed
-        if (result is None) == (error is None):
+    def __post_init__(self) -> None:
+        if (self.result is None) == (self.error is None):
             raise ValueError("an Outcome holds exactly one of result or error")
 
     @classmethod

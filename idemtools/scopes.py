@@ -76,7 +76,7 @@ class AuthInfo:
     token: Any = field(default=None, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CallContext:
     """What an SDK adapter tells the engine about the request: transport-free and typed.
 
@@ -98,26 +98,6 @@ class CallContext:
     tool: str | None = None
     arguments: Mapping[str, Any] | None = field(default=None, compare=False)
     raw: Any = field(default=None, compare=False, repr=False)
-
-    def __init__(
-        self,
-        transport: Transport = "unknown",
-        auth: AuthInfo | None = None,
-        session_id: str | None = None,
-        tool: str | None = None,
-        arguments: Mapping[str, Any] | None = None,
-        raw: Any = None,
-    ) -> None:
-        # The generated frozen `__init__` sets each field through `object.__setattr__`; an
-        # adapter builds one per keyed call, and writing the instance dict directly costs half
-        # (~6 k instructions less, callgrind). Still frozen: `__setattr__` refuses as before.
-        fields = self.__dict__
-        fields["transport"] = transport
-        fields["auth"] = auth
-        fields["session_id"] = session_id
-        fields["tool"] = tool
-        fields["arguments"] = arguments
-        fields["raw"] = raw
 
 
 ScopeFn = Callable[[CallContext], str]
@@ -331,9 +311,9 @@ def declared_local_transport() -> LocalTransport | None:
 _SESSION_IDS: dict[int, tuple[weakref.ref[Any], str]] = {}
 """id(session object) → (a weak reference to it, its id); the entry goes when the object does.
 
-Keyed by `id()`, not a `WeakKeyDictionary`: that builds a weak reference on every lookup
-(~1 k instructions per keyed call, callgrind). The reference is checked, so an entry whose
-object is gone is never another object's."""
+Keyed by `id()`, not a `WeakKeyDictionary`: that builds a weak reference on every lookup, and
+every keyed call looks one up. The reference is checked, so an entry whose object is gone is
+never another object's."""
 
 
 def _forget_session(ref: weakref.ref[Any], key: int, table: dict[int, Any] = _SESSION_IDS) -> None:

@@ -12,7 +12,7 @@ One concept per module:
 - `core`: `Engine`, which orders the steps around the claim and keeps the counters;
 - `execution`: the one run of a claimed call and its record (plain or transactional);
 - `store_calls`: the store, wrapped once (timing and error translation);
-- `runtime`: asyncio and trio, the eager start, the private asyncio touch point;
+- `runtime`: asyncio and trio: shielding an execution, its eager start, background tasks;
 - `observers`: what the engine notifies (telemetry, the `on_outcome` hook, lease events);
 - `lifecycle`: in-flight executions, `drain()`, `aclose()`.
 """

@@ -276,9 +276,10 @@ class Engine(Lifecycle):
     #
     # A caller cancelled while the claim is on its way to the store must not leave the key "in
     # progress" for a whole lease while nothing runs. No shield on this path (an anyio cancel
-    # scope costs ~9 us, on every keyed call): whatever cancels the caller — anyio (how the
-    # SDKs cancel a request: the client's `notifications/cancelled`, a dropped connection) or
-    # a native `task.cancel()` — the claim may or may not have reached the store, so it is
+    # scope on every keyed call would cost more than this rare clean-up): whatever cancels
+    # the caller — anyio (how the SDKs cancel a request: the client's
+    # `notifications/cancelled`, a dropped connection) or a native `task.cancel()` — the
+    # claim may or may not have reached the store, so it is
     # released after the fact, fenced by the owner token so that it can never free anyone
     # else's claim: on asyncio from a background task (once more a moment later, in case the
     # claim was still in flight), on trio inline under a shield.
@@ -395,7 +396,7 @@ class Engine(Lifecycle):
             ex.obs.executing = True  # from here the execution, not its caller, ends it
         # A client that cancels or disconnects must not stop the call between its side effect
         # and its record, or the retry would run it again (see `runtime.protect`).
-        return protect(self._execute_body(ex, run), self._workers)
+        return protect(self._execute_body(ex, run), self._background)
 
     async def _execute_body(self, ex: Execution, run: Run) -> Outcome:
         # The lease keeper renews the claim, off this event loop, from the claim (see `_handle`)

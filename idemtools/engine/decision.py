@@ -55,7 +55,7 @@ REPLAY_META_KEY = "io.github.idemtools/replayed"
 """The `_meta` key of the opt-in replay marker on replayed results."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ToolCall:
     """One keyed `tools/call`, as the adapter saw it in dispatch.
 
@@ -73,26 +73,6 @@ class ToolCall:
     context: CallContext = field(default_factory=CallContext)
     policy: Policy | None = None
     source: KeySource = "sep"
-
-    def __init__(
-        self,
-        name: str,
-        arguments: Mapping[str, Any] | None,
-        key: object,
-        context: CallContext | None = None,
-        policy: Policy | None = None,
-        source: KeySource = "sep",
-    ) -> None:
-        # The generated frozen `__init__` sets each field through `object.__setattr__`; one
-        # is built per keyed call, and writing the instance dict directly costs half
-        # (~5 k instructions less, callgrind). Still frozen: `__setattr__` refuses as before.
-        fields = self.__dict__
-        fields["name"] = name
-        fields["arguments"] = arguments
-        fields["key"] = key
-        fields["context"] = CallContext() if context is None else context
-        fields["policy"] = policy
-        fields["source"] = source
 
 
 def key_digest(key: str) -> str:

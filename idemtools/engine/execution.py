@@ -176,7 +176,7 @@ class Recording:
         meanwhile, so a store that comes back (a Redis restart, a database failover) gets the
         record and no retry runs the tool again. The window counts from the first failure:
         reading the clock before every first attempt would cost each call that records at
-        once (~1 us: the async backend is looked up)."""
+        once (the async backend is looked up)."""
         deadline: float | None = None
         pause = 0.05
         attempts = 1

@@ -17,7 +17,7 @@ import anyio
 import anyio.to_thread
 
 from .decision import key_digest
-from .runtime import Workers, on_asyncio, shielded, spawn
+from .runtime import on_asyncio, shielded, spawn
 
 if TYPE_CHECKING:
     from ..lease_keeper import LeaseKeeper
@@ -37,7 +37,6 @@ class Lifecycle:
 
     def _init_lifecycle(self) -> None:
         self._background: set[asyncio.Task[Any]] = set()
-        self._workers = Workers(self._background)  # the tasks executions run as
         self._executing: set[Execution] = set()
         self._idle: anyio.Event | None = None
         self._closing = False

@@ -21,10 +21,9 @@ All checked inside the claim's lock, none ever met by evicting:
   outcome, id, fingerprint and owner plus `RECORD_OVERHEAD` bytes for the Python objects around
   them (measured with tracemalloc on CPython 3.11: about 400 bytes for a claim with a 12-byte
   key). Counting records alone allowed 100,000 × 1 MiB ≈ 94 GiB; bytes are what runs a process
-  out of memory. Each `_Records` keeps the sum itself (`_sizeof` in `add` and `remove`, their
-  copy inline in `claim`, and the move of `complete`, which changes both sums and its scope's
-  bytes as a `remove` and an `add` would), so every write path is accounted for, and an
-  expired record stops counting when it is removed;
+  out of memory. The sums change in one place only, `_Records.add` and `_Records.remove` (both
+  through `_Records.count`), which every write goes through, so every write path is accounted
+  for, and an expired record stops counting when it is removed;
 * `max_records_per_scope` and `max_bytes_per_scope` (default: a tenth of the store each,
   `SCOPE_SHARE`): live records and bytes per scope, so one caller flooding unique keys is
   refused with `QuotaExceededError` while every other scope claims on.
@@ -46,6 +45,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
+from ..errors import RefusedError
 from ..outcome import TOMBSTONE_RESERVE
 from ._common import (
     at_least_one,
@@ -69,43 +69,29 @@ this store used before, which cost a little more: an upper bound)."""
 _UNPACKED_META = 160
 """Extra bytes of an unpacked (fingerprint, owner) tuple of strings over the packed 48 bytes."""
 
-_PACKED_BASE = RECORD_OVERHEAD + 48
-"""A packed record's `base` less its id: one addition fewer on every claim."""
-
 _Meta = bytes | tuple[str, str]
 """(fingerprint, owner): 48 raw bytes for the engine's SHA-256 / 128-bit hex, else the strings."""
 
 
 class _Entry:
     # Mutable on purpose: renew/complete update in place and re-set the item to move its expiry.
-    # Status is not stored: it is which cache holds the entry. No `__init__`: `claim` sets the
-    # four slots itself (a Python `__init__` is a call more on every claim); see `_entry`.
+    # Status is not stored: it is which `_Records` holds the entry.
     __slots__ = ("base", "expires", "meta", "outcome")
-    meta: _Meta
-    expires: float
-    outcome: bytes | None
-    base: int
-    """The bytes this record costs before it has an outcome (see RECORD_OVERHEAD)."""
 
+    def __init__(self, meta: _Meta, expires: float, id_size: int) -> None:
+        self.meta = meta
+        self.expires = expires
+        self.outcome: bytes | None = None
+        # The bytes this record costs before it has an outcome (see RECORD_OVERHEAD).
+        if isinstance(meta, bytes):
+            self.base = RECORD_OVERHEAD + id_size + len(meta)
+        else:
+            self.base = RECORD_OVERHEAD + id_size + _UNPACKED_META + len(meta[0]) + len(meta[1])
 
-def _entry(meta: _Meta, expires: float, id_size: int) -> _Entry:
-    """A record without an outcome, for an id of `id_size` bytes (what `claim` builds inline)."""
-    entry = _Entry()
-    entry.meta = meta
-    entry.expires = expires
-    entry.outcome = None
-    if isinstance(meta, bytes):
-        entry.base = RECORD_OVERHEAD + id_size + len(meta)
-    else:
-        entry.base = RECORD_OVERHEAD + id_size + _UNPACKED_META + len(meta[0]) + len(meta[1])
-    return entry
-
-
-def _sizeof(entry: _Entry) -> int:
-    """What an entry costs now; the cache calls it on every write, so `currsize` follows
-    renewals and completions (an outcome added by `complete` counts from then on)."""
-    outcome = entry.outcome
-    return entry.base if outcome is None else entry.base + len(outcome)
+    def size(self) -> int:
+        """What this record costs now: an outcome added by `complete` counts from then on."""
+        outcome = self.outcome
+        return self.base if outcome is None else self.base + len(outcome)
 
 
 def _scope_of(rid: bytes) -> bytes:
@@ -147,8 +133,8 @@ class _Records:
     `expires`) until `expire` drops it, which every `add` runs first. With a per-scope quota,
     `counts` (shared by both) counts the records present per scope.
 
-    `reserve`: bytes counted per record on top of its own (`_sizeof`): a claim holds the room
-    its tombstone may need (`TOMBSTONE_RESERVE`), a completed record nothing.
+    `reserve`: bytes counted per record on top of its own (`_Entry.size`): a claim holds the
+    room its tombstone may need (`TOMBSTONE_RESERVE`), a completed record nothing.
     """
 
     __slots__ = ("bytes", "counts", "entries", "heap", "reserve")
@@ -156,34 +142,30 @@ class _Records:
     def __init__(self, counts: _Scopes | None, reserve: int = TOMBSTONE_RESERVE) -> None:
         self.entries: dict[bytes, _Entry] = {}
         self.heap: list[tuple[float, bytes]] = []
-        # Sum over the entries of their size plus `reserve`.
-        self.bytes = 0
+        self.bytes = 0  # the sum over the entries of their size plus `reserve`
         self.counts = counts
         self.reserve = reserve
 
-    def add(self, rid: bytes, entry: _Entry, now: float, sid: bytes | None = None) -> None:
+    def count(self, sid: bytes, records: int, size: int) -> None:
+        """The one place the byte sums change: `records` more records costing `size` more
+        bytes, here and (with a per-scope quota) in scope `sid`'s counts."""
+        self.bytes += size
+        if self.counts is not None:
+            self.counts.add(sid, records, size)
+
+    def add(self, rid: bytes, entry: _Entry, now: float, sid: bytes) -> None:
         """Hold `entry` under `rid` (replacing what is there); `sid` is `_scope_of(rid)`."""
         heap = self.heap
         if heap and heap[0][0] <= now:
             self.expire(now)
         old = self.entries.get(rid)
-        outcome = entry.outcome  # `_sizeof`, inline
-        size = entry.base + self.reserve + (0 if outcome is None else len(outcome))
-        counts = self.counts
-        if old is not None:
-            old_size = _sizeof(old) + self.reserve
-            self.bytes -= old_size
-            if counts is not None:
-                counts.add(_scope_of(rid) if sid is None else sid, 0, size - old_size)
-        elif counts is not None:
-            counts.add(_scope_of(rid) if sid is None else sid, 1, size)
-        entries = self.entries
-        entries[rid] = entry
-        self.bytes += size
-        if len(heap) > 2 * len(entries) + 16:  # `moved`, inline
-            heap[:] = [(e.expires, r) for r, e in entries.items()]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (entry.expires, rid))
+        self.entries[rid] = entry
+        size = entry.size() + self.reserve
+        if old is None:
+            self.count(sid, 1, size)
+        else:
+            self.count(sid, 0, size - old.size() - self.reserve)
+        self.moved(rid, entry)
 
     def moved(self, rid: bytes, entry: _Entry) -> None:
         """Note `entry.expires` (a new record, or a renewal that just moved it)."""
@@ -197,11 +179,7 @@ class _Records:
         """Remove a record; `sid` is `_scope_of(rid)` when the caller has it already."""
         entry = self.entries.pop(rid, None)
         if entry is not None:
-            outcome = entry.outcome  # `_sizeof`, inline
-            size = entry.base + self.reserve + (0 if outcome is None else len(outcome))
-            self.bytes -= size
-            if self.counts is not None:
-                self.counts.add(_scope_of(rid) if sid is None else sid, -1, -size)
+            self.count(_scope_of(rid) if sid is None else sid, -1, -entry.size() - self.reserve)
 
     def expire(self, now: float) -> None:
         heap, entries = self.heap, self.entries
@@ -324,8 +302,6 @@ class MemoryStore:
         """Completions recorded as a tombstone because the outcome did not fit `max_bytes`."""
         # Nothing is ever evicted: `claim` and `complete` check every bound first.
         self._scopes = _Scopes()
-        self._per_scope = self._scopes.records
-        self._scope_bytes = self._scopes.bytes
         self._scoped = max_records_per_scope is not None or max_bytes_per_scope is not None
         counts = self._scopes if self._scoped else None
         self._running = _Records(counts)
@@ -366,8 +342,6 @@ class MemoryStore:
             fingerprint, owner = meta[:32].hex(), meta[32:].hex()
         else:
             fingerprint, owner = meta
-        # Positional (status, fingerprint, owner, remaining, outcome): a class called with
-        # keywords builds a dict for them, ~2k instructions more per record on 3.11.
         return Record(status, fingerprint, owner, max(0.0, entry.expires - now), entry.outcome)
 
     def _find(self, rid: bytes, now: float) -> tuple[_Entry, Status] | None:
@@ -391,92 +365,44 @@ class MemoryStore:
     async def claim(
         self, scope: str, key: str, fingerprint: str, owner: str, lease: float
     ) -> Claim:
-        sid = _scope_prefix(scope)  # == _scope_of(rid), once per operation
-        rid = sid + key.encode("utf-8", "surrogatepass")  # == self._id(scope, key)
-        lock, clock = self._lock, self._clock
-        lock.acquire()  # not `with`: its __enter__/__exit__ lookups cost ~1.1k instructions
-        try:
-            now = clock()  # not `self._clock()`: 3.11 cannot specialize that method lookup
-            running, done = self._running, self._done
-            entry = done.entries.get(rid)  # `_find`, inline (as `_pack` and `_Entry` below)
-            if entry is not None and entry.expires > now:  # a replay
-                return Claim(False, self._record(entry, Status.COMPLETED, now))
-            entry = running.entries.get(rid)
-            if entry is not None and entry.expires > now:
-                return Claim(False, self._record(entry, Status.IN_PROGRESS, now))
-            entry = _Entry()  # `_pack` and `_entry`, inline
-            entry.expires = now + lease
-            entry.outcome = None
-            base = 0
-            if len(fingerprint) == 64 and len(owner) == 32:
-                text = fingerprint + owner
-                try:
-                    raw = _a2b_hex(text)
-                except ValueError:
-                    pass
-                else:
-                    if raw.hex() == text:  # no upper case (a2b_hex takes it)
-                        entry.meta = raw
-                        base = _PACKED_BASE + len(rid)
-            if not base:
-                entry.meta = (fingerprint, owner)
-                base = RECORD_OVERHEAD + len(rid) + _UNPACKED_META + len(fingerprint) + len(owner)
-            entry.base = base
-            size = base + TOMBSTONE_RESERVE  # with the room its tombstone may need
-            # Raw sizes count expired items too, so they are upper bounds of the live ones: only
-            # a store (or scope) near a bound pays for expiring both caches and looking again.
-            quota, share = self.max_records_per_scope, self.max_bytes_per_scope
-            if (
-                len(running.entries) + len(done.entries) >= self.max_records
-                or running.bytes + done.bytes + size > self.max_bytes
-                # The scope's bounds, as upper bounds too (expired records still count).
-                or (quota is not None and self._per_scope.get(sid, 0) >= quota)
-                or (share is not None and self._scope_bytes.get(sid, 0) + size > share)
-            ):
+        sid = _scope_prefix(scope)
+        rid = sid + key.encode("utf-8", "surrogatepass")  # `_id`, with the scope's part kept
+        with self._lock:
+            now = self._clock()
+            found = self._find(rid, now)
+            if found is not None:
+                return Claim(False, self._record(*found, now))
+            entry = _Entry(_pack(fingerprint, owner), now + lease, len(rid))
+            size = entry.size() + TOMBSTONE_RESERVE  # with the room its tombstone may need
+            refusal = self._over_bound(sid, size, key)
+            if refusal is not None:
+                # Expired records count until removed: only a store (or scope) near a bound
+                # pays for removing them and looking again.
                 self._expire(now)
-                self._refuse_if_bounded(rid, entry, key)
-            heap = running.heap
-            if heap and heap[0][0] <= now:
-                running.expire(now)
-            entries = running.entries
-            if rid in entries:  # never: an expired claim under rid just went
-                running.add(rid, entry, now, sid)
-                return _CLAIMED
-            # `running.add`, inline (every keyed call claims), its scope update too.
-            entries[rid] = entry
-            running.bytes += size
-            if running.counts is not None:
-                per_scope, scope_bytes = self._per_scope, self._scope_bytes
-                per_scope[sid] = per_scope.get(sid, 0) + 1
-                scope_bytes[sid] = scope_bytes.get(sid, 0) + size
-            if len(heap) > 2 * len(entries) + 16:  # `moved`, inline
-                heap[:] = [(e.expires, r) for r, e in entries.items()]
-                heapq.heapify(heap)
-            heapq.heappush(heap, (entry.expires, rid))
+                refusal = self._over_bound(sid, size, key)
+                if refusal is not None:
+                    raise refusal
+            self._running.add(rid, entry, now, sid)
             return _CLAIMED
-        finally:
-            lock.release()
 
-    def _refuse_if_bounded(self, rid: bytes, entry: _Entry, key: str) -> None:
-        """Raise if claiming `rid` would break a bound; the caches hold only live items now.
+    def _over_bound(self, sid: bytes, size: int, key: str) -> RefusedError | None:
+        """The refusal of a claim costing `size` bytes in scope `sid`, None when it fits.
 
         The quota is checked first: a caller over its own quota is told so, whatever the state
         of the store as a whole.
         """
         quota = self.max_records_per_scope
-        if quota is not None and self._per_scope.get(_scope_of(rid), 0) >= quota:
-            raise quota_exceeded(quota, key)
+        if quota is not None and self._scopes.records.get(sid, 0) >= quota:
+            return quota_exceeded(quota, key)
         share = self.max_bytes_per_scope
-        if (
-            share is not None
-            and self._scope_bytes.get(_scope_of(rid), 0) + entry.base + (TOMBSTONE_RESERVE) > share
-        ):
-            raise scope_byte_quota_exceeded(share, key)
+        if share is not None and self._scopes.bytes.get(sid, 0) + size > share:
+            return scope_byte_quota_exceeded(share, key)
         running, done = self._running, self._done
         if len(running.entries) + len(done.entries) >= self.max_records:
-            raise store_full("memory", self.max_records, "live records", key)
-        if running.bytes + done.bytes + entry.base + TOMBSTONE_RESERVE > self.max_bytes:
-            raise store_full("memory", self.max_bytes, "bytes of records", key)
+            return store_full("memory", self.max_records, "live records", key)
+        if running.bytes + done.bytes + size > self.max_bytes:
+            return store_full("memory", self.max_bytes, "bytes of records", key)
+        return None
 
     def _held(self, rid: bytes, owner: str, now: float) -> _Entry | None:
         entry = self._running.entries.get(rid)
@@ -509,78 +435,36 @@ class MemoryStore:
         # bytes that keep its whole write buffer, 4 KiB at least, so a kept record would cost
         # many times what `max_bytes` counts for it (and a page fault per keyed call).
         outcome = memoryview(outcome).tobytes()
-        sid = _scope_prefix(scope)  # == _scope_of(rid), once per operation
-        rid = sid + key.encode("utf-8", "surrogatepass")  # == self._id(scope, key)
-        lock, clock = self._lock, self._clock
-        lock.acquire()  # not `with`, as in `claim`
-        try:
-            now = clock()
-            done = self._done
-            completed = done.entries.get(rid)
+        sid = _scope_prefix(scope)
+        rid = sid + key.encode("utf-8", "surrogatepass")  # `_id`, with the scope's part kept
+        with self._lock:
+            now = self._clock()
+            completed = self._done.entries.get(rid)
             if completed is not None and completed.expires > now:
                 return False  # a completed record is final
-            running = self._running
-            claim = running.entries.get(rid)
+            claim = self._running.entries.get(rid)
             if claim is not None:
                 # Late completion: our own claim, live or not, as long as nobody re-claimed.
-                meta = claim.meta  # `_owner_of`, inline
-                if (meta[32:].hex() if isinstance(meta, bytes) else meta[1]) != owner:
+                if _owner_of(claim.meta) != owner:
                     return False
-                # Freeing the claim's bytes (its tombstone's room included) and adding the
-                # record's changes them by `grow`; the scope's record count stays as it is.
-                grow = len(outcome) - TOMBSTONE_RESERVE
-                expires = now + retention
-                share = self.max_bytes_per_scope
-                scope_bytes = self._scope_bytes
-                if (
-                    expires > now
-                    and running.bytes + done.bytes + grow <= self.max_bytes
-                    and (share is None or scope_bytes.get(sid, 0) + grow <= share)
-                ):
-                    # It fits: move the entry from `running` to `done` in one step, not a
-                    # `remove` and an `add` with a scope update each (every keyed call).
-                    heap = done.heap
-                    if heap and heap[0][0] <= now:
-                        done.expire(now)
-                    entries = done.entries
-                    if rid not in entries:  # always: an expired record under rid just went
-                        del running.entries[rid]
-                        running.bytes -= claim.base + TOMBSTONE_RESERVE
-                        claim.outcome = outcome
-                        claim.expires = expires
-                        entries[rid] = claim
-                        done.bytes += claim.base + len(outcome)
-                        if running.counts is not None:
-                            scope_bytes[sid] += grow
-                        if len(heap) > 2 * len(entries) + 16:  # `moved`, inline
-                            heap[:] = [(e.expires, r) for r, e in entries.items()]
-                            heapq.heapify(heap)
-                        heapq.heappush(heap, (expires, rid))
-                        return True
-                running.remove(rid, sid)  # frees its bytes, the tombstone's room included
+                self._running.remove(rid, sid)  # frees its bytes, the tombstone's room included
                 entry = claim
             elif fingerprint is not None:
                 # Our lease ran out and the expired claim is gone: nobody claimed since.
-                entry = _entry(_pack(fingerprint, owner), now, len(rid))
+                entry = _Entry(_pack(fingerprint, owner), now, len(rid))
             else:
                 return False
-            size = entry.base + len(outcome)
-            share = self.max_bytes_per_scope
-            if running.bytes + done.bytes + size > self.max_bytes or (
-                share is not None and self._scope_bytes.get(sid, 0) + size > share
-            ):  # `_no_room`, inline on the hot path
-                self._expire(now)
-                if self._no_room(sid, size):
-                    outcome = self._not_kept(outcome, key)
             entry.outcome = outcome
+            if self._no_room(sid, entry.size()):
+                self._expire(now)
+                if self._no_room(sid, entry.size()):
+                    entry.outcome = self._not_kept(outcome, key)
             entry.expires = now + retention
             if entry.expires > now:
-                done.add(rid, entry, now, sid)  # replaces an expired record under rid, if any
+                self._done.add(rid, entry, now, sid)  # replaces an expired record, if any
             else:  # kept for no time at all (as TLRUCache did): nothing stays under rid
-                done.remove(rid, sid)
+                self._done.remove(rid, sid)
             return True
-        finally:
-            lock.release()
 
     def _no_room(self, sid: bytes, size: int) -> bool:
         """Whether a completed record of `size` bytes fits neither the store's budget nor the
@@ -588,7 +472,7 @@ class MemoryStore:
         if self._running.bytes + self._done.bytes + size > self.max_bytes:
             return True
         share = self.max_bytes_per_scope
-        return share is not None and self._scope_bytes.get(sid, 0) + size > share
+        return share is not None and self._scopes.bytes.get(sid, 0) + size > share
 
     def _not_kept(self, outcome: bytes, key: str) -> bytes:
         """The tombstone recorded in place of an outcome that does not fit `max_bytes`.

@@ -3,8 +3,6 @@ timed, whichever call site sends it, and a missing private asyncio function fail
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,7 +13,6 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from idemtools import CallContext, Engine, Outcome, Policy, Registry, shared
 from idemtools.engine import ToolCall
-from idemtools.engine.runtime import _TaskSwitch
 from idemtools.engine.store_calls import StoreCalls, StoreFailure, original
 from idemtools.stores import MemoryStore
 from idemtools.stores.base import ToolWrites
@@ -103,10 +100,3 @@ async def test_a_driver_error_comes_out_as_a_store_failure_carrying_it() -> None
     with pytest.raises(StoreFailure) as caught:
         await calls.release("s", "k", "o")
     assert isinstance(original(caught.value), ConnectionError)
-
-
-@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the hand-made eager start is 3.11's")
-def test_a_missing_private_asyncio_function_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(asyncio.tasks, "_enter_task")
-    with pytest.raises(ImportError, match=r"asyncio\.tasks\._enter_task"):
-        _TaskSwitch()

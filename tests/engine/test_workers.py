@@ -13,7 +13,6 @@ import asyncio
 import contextvars
 import gc
 import logging
-import sys
 
 import anyio
 import pytest
@@ -24,10 +23,6 @@ from idemtools.stores.memory import MemoryStore
 
 POLICY = Policy.of(retention=60, lease=30, scope=shared)
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
-
-needs_workers = pytest.mark.skipif(
-    sys.version_info[:2] != (3, 11), reason="3.11 runs executions as workers (3.12: eager tasks)"
-)
 
 
 def call(key: str) -> ToolCall:
@@ -60,62 +55,6 @@ def test_a_tool_never_runs_as_its_callers_task_and_sees_its_own_context() -> Non
         assert [value for _, value in seen] == ["the caller's"] * 3
 
     asyncio.run(main())
-
-
-@needs_workers
-def test_calls_that_finish_at_once_reuse_one_idle_worker() -> None:
-    tasks: list[asyncio.Task[object] | None] = []
-
-    async def tool() -> Outcome:
-        tasks.append(asyncio.current_task())
-        return Outcome(result={})
-
-    async def main() -> None:
-        e = engine()
-        for i in range(5):
-            await e.handle(call(f"k{i}"), tool)
-        assert len(set(map(id, tasks))) == 1  # one worker, never woken
-        (worker,) = set(tasks)
-        assert worker is not None and not worker.done()
-        assert not e._background  # idle workers are not background work
-        await e.aclose()
-
-    asyncio.run(main())
-
-
-@needs_workers
-def test_a_call_that_suspends_goes_on_in_its_worker_and_the_next_call_takes_another() -> None:
-    release = asyncio.Event()
-    steps: list[tuple[str, asyncio.Task[object] | None, str]] = []
-
-    async def slow() -> Outcome:
-        VAR.set("slow")
-        steps.append(("before", asyncio.current_task(), VAR.get()))
-        await release.wait()
-        steps.append(("after", asyncio.current_task(), VAR.get()))
-        return Outcome(result={"slow": True})
-
-    async def fast() -> Outcome:
-        steps.append(("fast", asyncio.current_task(), VAR.get()))
-        return Outcome(result={})
-
-    async def main() -> None:
-        e = engine()
-        waiting = asyncio.ensure_future(e.handle(call("slow"), slow))
-        await asyncio.sleep(0)
-        assert len(e._background) == 1  # the busy worker
-        await e.handle(call("fast"), fast)
-        release.set()
-        assert (await waiting).result == {"slow": True}
-        await asyncio.sleep(0)
-        assert not e._background
-        await e.aclose()
-
-    asyncio.run(main())
-    (_, before, v1), (_, fast_task, v2), (_, after, v3) = steps
-    assert before is after  # carried on by the very task it started as
-    assert fast_task is not before  # the busy worker was not handed the next call
-    assert (v1, v2, v3) == ("slow", "unset", "slow")  # its context went on with it
 
 
 def test_a_cancelled_caller_does_not_stop_its_execution() -> None:
@@ -163,7 +102,6 @@ def test_idle_workers_end_quietly_with_their_loop(caplog: pytest.LogCaptureFixtu
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
-@needs_workers
 def test_an_interrupt_out_of_a_suspended_execution_reaches_the_loop_and_logs_nothing_else(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -9,15 +9,8 @@ from hypothesis import strategies as st
 
 from idemtools.errors import QuotaExceededError, StoreFullError
 from idemtools.outcome import TOMBSTONE_RESERVE
-from idemtools.stores.base import Claim, Store
-from idemtools.stores.memory import (
-    MemoryStore,
-    _entry,
-    _owner_of,
-    _pack,
-    _scope_of,
-    _sizeof,
-)
+from idemtools.stores.base import Store
+from idemtools.stores.memory import MemoryStore, _pack, _scope_of
 
 from .conformance import FakeClock, StoreConformance
 from .flood import flood_scenario
@@ -109,186 +102,18 @@ def test_claim_accounting_matches_what_is_held(
         present: dict[bytes, int] = {}
         sizes: dict[bytes, int] = {}
         held = [(rid, e.base + TOMBSTONE_RESERVE) for rid, e in claims.entries.items()]
-        done_items = [(r, _sizeof(e)) for r, e in store._done.entries.items()]
+        done_items = [(r, e.size()) for r, e in store._done.entries.items()]
         for rid, size in [*held, *done_items]:
             present[_scope_of(rid)] = present.get(_scope_of(rid), 0) + 1
             sizes[_scope_of(rid)] = sizes.get(_scope_of(rid), 0) + size
-        assert store._per_scope == present
-        assert store._scope_bytes == sizes
+        assert store._scopes.records == present
+        assert store._scopes.bytes == sizes
         now = clock()
         done = store._done
         live_claims = sum(1 for e in claims.entries.values() if e.expires > now)
         live_done = sum(1 for e in done.entries.values() if e.expires > now)
         assert len(store) == live_claims + live_done
         assert not any(e.expires <= now for e in claims.entries.values())  # len() expired them
-
-
-# -- the hot paths against the plain remove + add they replace ----------------------------------
-
-
-class _RemoveThenAdd(MemoryStore):
-    """`claim` and `complete` as they were before the fast paths: `_find`, `_pack`, then a
-    completion that removes its claim and adds the record (each with its own scope update)."""
-
-    async def claim(
-        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
-    ) -> Claim:
-        rid = self._id(scope, key)
-        with self._lock:
-            now = self._clock()
-            found = self._find(rid, now)
-            if found is not None:
-                return Claim(claimed=False, existing=self._record(*found, now))
-            entry = _entry(_pack(fingerprint, owner), now + lease, len(rid))
-            running, done = self._running, self._done
-            quota, share = self.max_records_per_scope, self.max_bytes_per_scope
-            sid = _scope_of(rid)
-            if (
-                len(running.entries) + len(done.entries) >= self.max_records
-                or running.bytes + done.bytes + entry.base + TOMBSTONE_RESERVE > self.max_bytes
-                or (quota is not None and self._per_scope.get(sid, 0) >= quota)
-                or (
-                    share is not None
-                    and self._scope_bytes.get(sid, 0) + entry.base + TOMBSTONE_RESERVE > share
-                )
-            ):
-                self._expire(now)
-                self._refuse_if_bounded(rid, entry, key)
-            running.add(rid, entry, now)
-            return Claim(claimed=True)
-
-    async def complete(
-        self,
-        scope: str,
-        key: str,
-        owner: str,
-        outcome: bytes,
-        retention: float,
-        *,
-        fingerprint: str | None = None,
-    ) -> bool:
-        rid = self._id(scope, key)
-        sid = _scope_of(rid)
-        with self._lock:
-            now = self._clock()
-            done, running = self._done, self._running
-            completed = done.entries.get(rid)
-            if completed is not None and completed.expires > now:
-                return False
-            claim = running.entries.get(rid)
-            if claim is not None:
-                if _owner_of(claim.meta) != owner:
-                    return False
-                running.remove(rid)
-                entry = claim
-            elif fingerprint is not None:
-                entry = _entry(_pack(fingerprint, owner), now, len(rid))
-            else:
-                return False
-            size = entry.base + len(outcome)
-            share = self.max_bytes_per_scope
-            if running.bytes + done.bytes + size > self.max_bytes or (
-                share is not None and self._scope_bytes.get(sid, 0) + size > share
-            ):
-                self._expire(now)
-                if self._no_room(sid, size):
-                    outcome = self._not_kept(outcome, key)
-            entry.outcome = outcome
-            entry.expires = now + retention
-            if entry.expires > now:
-                done.add(rid, entry, now)
-            else:
-                done.remove(rid)
-            return True
-
-
-def _state(store: MemoryStore) -> Any:
-    def records(part: Any) -> Any:
-        entries = {r: (e.meta, e.expires, e.outcome, e.base) for r, e in part.entries.items()}
-        return entries, part.bytes, sorted(part.heap)
-
-    return (
-        records(store._running),
-        records(store._done),
-        store.bytes_used,
-        store._per_scope,
-        store._scope_bytes,
-        store.outcomes_not_kept,
-    )
-
-
-_MOVES = st.lists(
-    st.tuples(
-        st.sampled_from(["claim", "renew", "complete", "complete", "release", "get", "advance"]),
-        st.integers(0, 5),  # which key (keys 0-2 in scope A, 3-5 in scope B)
-        st.sampled_from([0.0, 5.0, 30.0, 60.0]),  # lease, retention, or seconds to advance
-        st.sampled_from([0, 100, 1500]),  # outcome bytes
-        st.booleans(),  # complete: with the fingerprint (a late completion may add the record)
-        st.sampled_from([0, 0, 0, 1]),  # which of the key's two owners calls
-    ),
-    min_size=20,
-    max_size=80,
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    moves=_MOVES,
-    max_bytes=st.sampled_from([1500, 3000, 256 << 20]),
-    quota=st.sampled_from([None, 2, "share"]),
-    share=st.sampled_from([None, 1500, "share"]),
-    packed=st.booleans(),
-)
-def test_fast_paths_account_as_remove_then_add(
-    moves: list[tuple[str, int, float, int, bool, int]],
-    max_bytes: int,
-    quota: Any,
-    share: Any,
-    packed: bool,
-) -> None:
-    """Bytes, per-scope counts, heaps, records and answers stay exactly what the remove + add
-    computed, through claims, completions (late, refused, tombstoned, kept for no time),
-    renewals, releases and expiry."""
-    clocks = FakeClock(), FakeClock()
-    stores = [
-        cls(
-            clock=clock,
-            max_records=8,
-            max_bytes=max_bytes,
-            max_records_per_scope=quota,
-            max_bytes_per_scope=share,
-        )
-        for cls, clock in zip((MemoryStore, _RemoveThenAdd), clocks, strict=True)
-    ]
-    fingerprint = "f" * 64 if packed else "a fingerprint"
-    for op, i, seconds, size, with_fp, who in moves:
-        scope, key = ("a" * 64 if i < 3 else "b" * 64), f"k{i}"
-        owner = f"{i + 16 * who:032x}" if packed else f"owner {i} {who}"
-        answers = []
-        for store, clock in zip(stores, clocks, strict=True):
-            try:
-                if op == "claim":
-                    answer = _run(store.claim(scope, key, fingerprint, owner, seconds))
-                elif op == "renew":
-                    answer = _run(store.renew(scope, key, owner, seconds))
-                elif op == "complete":
-                    fp = fingerprint if with_fp else None
-                    outcome = b"x" * size
-                    answer = _run(
-                        store.complete(scope, key, owner, outcome, seconds, fingerprint=fp)
-                    )
-                elif op == "release":
-                    answer = _run(store.release(scope, key, owner))
-                elif op == "get":
-                    answer = _run(store.get(scope, key))
-                else:
-                    clock.advance(seconds)
-                    answer = None
-            except (StoreFullError, QuotaExceededError) as refused:
-                answer = (type(refused), str(refused))
-            answers.append(answer)
-        assert answers[0] == answers[1]
-        assert _state(stores[0]) == _state(stores[1])
 
 
 def _pack_by_round_trip(fingerprint: str, owner: str) -> Any:
@@ -322,24 +147,6 @@ def test_pack_is_the_round_trip(fingerprint: str, owner: str) -> None:
     assert entry.meta == _pack_by_round_trip(fingerprint, owner)
     claim = _run(store.claim("s" * 64, "k", fingerprint, owner, 30.0))
     assert (claim.existing.fingerprint, claim.existing.owner) == (fingerprint, owner)
-
-
-def test_claim_rebuilds_a_stale_heap_as_add_does() -> None:
-    """Renewals and completions leave stale heap entries behind; the claim that finds more
-    stale entries than live ones rebuilds the heap, as `_Records.add` did."""
-    clocks = FakeClock(), FakeClock()
-    stores = [cls(clock=c) for cls, c in zip((MemoryStore, _RemoveThenAdd), clocks, strict=True)]
-    owner = "0" * 32
-    for store, clock in zip(stores, clocks, strict=True):
-        _run(store.claim("a" * 64, "renewed", "f" * 64, owner, 30.0))
-        for _ in range(10):
-            clock.advance(1)
-            _run(store.renew("a" * 64, "renewed", owner, 30.0))
-        for i in range(25):  # each completion leaves its lease's heap entry behind
-            _run(store.claim("a" * 64, f"k{i}", "f" * 64, owner, 30.0))
-            _run(store.complete("a" * 64, f"k{i}", owner, b"{}", 60.0))
-        assert len(store._running.heap) <= 2 * len(store._running.entries) + 17
-    assert _state(stores[0]) == _state(stores[1])
 
 
 def test_a_kept_outcome_costs_its_own_size_not_its_writers_buffer() -> None:
