@@ -90,7 +90,8 @@ def test_no_cookie_or_credential_of_one_caller_reaches_the_upstream_on_anothers_
 
 
 def test_issuer_without_audience_refuses_to_start(
-    capsys: pytest.CaptureFixture[str], issuer: Any  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    issuer: Any,  # noqa: F811
 ) -> None:
     argv = ["proxy", "--upstream", "http://127.0.0.1:9/mcp", "--listen", "127.0.0.1:0"]
     assert cli([*argv, "--issuer", ISSUER, "--jwks-url", issuer.jwks]) == 2
@@ -211,9 +212,7 @@ def test_compressed_keyed_calls_are_inflated_and_decided_by_the_engine(
 ) -> None:
     with echo_upstream() as up, serving(up.url, token_hash()) as (url, _):
         body = pack(json.dumps(call(1, "record", "k-z", label="z")).encode())
-        answers = [
-            post(url, body, "t", **{"content-encoding": coding}).json() for _ in range(3)
-        ]
+        answers = [post(url, body, "t", **{"content-encoding": coding}).json() for _ in range(3)]
     assert answers[0]["result"] == answers[1]["result"] == answers[2]["result"]
     assert up.executions("z") == 1
     (seen, message), *_ = up.calls()
