@@ -50,6 +50,16 @@ def post(
     return CLIENT.post(url + "/mcp", content=content, headers=sent)
 
 
+@pytest.fixture
+def refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command must refuse to start: serving instead fails the test (never hangs it)."""
+
+    async def serve(*args: Any, **kwargs: Any) -> int:
+        raise AssertionError("the proxy started serving")
+
+    monkeypatch.setattr("idemtools.proxy.http.serve_http", serve)
+
+
 def token_hash() -> ProxyConfig:
     return ProxyConfig().with_overrides(scope="token-hash")
 
@@ -90,6 +100,7 @@ def test_no_cookie_or_credential_of_one_caller_reaches_the_upstream_on_anothers_
 
 
 def test_issuer_without_audience_refuses_to_start(
+    refuses: None,
     capsys: pytest.CaptureFixture[str],
     issuer: Any,  # noqa: F811
 ) -> None:
@@ -168,7 +179,7 @@ def test_host_patterns_match_as_the_sdks_do() -> None:
 
 
 def test_non_loopback_listen_needs_allowed_hosts(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    refuses: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     from idemtools.proxy.cli import _guard
 
@@ -306,7 +317,7 @@ def test_authorize_rules_gate_every_call_of_the_tool(issuer: Any) -> None:  # no
 
 
 def test_authorize_rules_without_a_verifier_refuse_to_start(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    refuses: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path = tmp_path / "proxy.toml"
     path.write_text('[tools.record]\nauthorize = { scopes = ["payments:write"] }\n')
