@@ -296,6 +296,9 @@ class HttpProxy:
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(None, connect=10.0),
             cookies=http.cookiejar.CookieJar(policy=_NoCookies()),
+            # Bodies as the upstream sends them, never compressed on the way back: the answers
+            # the proxy reads or patches are relayed with the upstream's own headers.
+            headers={"accept-encoding": "identity"},
         )
         self.rules = config
         """The configuration as written: its `authorize` rules gate every call of a tool."""

@@ -159,6 +159,7 @@ def test_host_and_origin_are_validated_by_the_proxy_before_anything_is_relayed()
             assert seen.header("host") == f"127.0.0.1:{up.port}"  # the upstream's own
             assert seen.header("origin") == origin  # the one the proxy accepted
             assert seen.header("x-forwarded-host") is None  # a Host nobody validated
+            assert seen.header("accept-encoding") == "identity"  # answers as the proxy reads them
 
 
 def test_host_patterns_match_as_the_sdks_do() -> None:
