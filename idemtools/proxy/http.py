@@ -1,8 +1,11 @@
 """The Streamable HTTP relay: `--upstream URL --listen HOST:PORT`.
 
-Every request is forwarded to the upstream's origin at the same path and query, headers
-passed through (hop-by-hop ones and `Accept-Encoding` aside, so that bodies arrive as sent);
-responses come back with their status, headers and body — JSON, or an SSE stream relayed
+Every request whose `Host` and `Origin` the proxy accepts (`guard`) is forwarded to the
+upstream's origin at the same path and query, its body inflated (`encoding`), headers passed
+through (hop-by-hop ones, `Host`, `X-Forwarded-Host`/`Forwarded`, `Content-Encoding` aside;
+`Accept-Encoding: identity`, so that answers arrive as the proxy reads them), on that caller's
+request only: the proxy keeps no cookies. A body it cannot read is answered, never relayed.
+Responses come back with their status, headers and body — JSON, or an SSE stream relayed
 event by event. Both protocol eras: 2025-11-25 (`initialize`, `Mcp-Session-Id`, GET streams,
 DELETE) and 2026-07-28 (stateless, `server/discover`). As on stdio, the `initialize` and
 `server/discover` results gain `capabilities.tools.idempotency`, and a keyed `tools/call` is
