@@ -113,11 +113,24 @@ def _loads(data: bytes) -> Any:
 
 
 def _parse(data: bytes) -> Any:
-    """The JSON value of a request body; ValueError when it is not JSON."""
+    """The JSON value of a request body; ValueError when it is not JSON, or when an object has
+    a member twice (parsers disagree on which one counts: the upstream's might see a key the
+    proxy did not). Without `tools` or an escape the body cannot name `tools/call`, so the
+    slower check for duplicates is skipped."""
     try:
-        return orjson.loads(data)
+        value = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return json.loads(data)
+        value = json.loads(data)
+    if b"tools" in data or b"\\" in data:
+        json.loads(data, object_pairs_hook=_unique)
+    return value
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        raise ValueError("an object has a member twice")
+    return members
 
 
 def _events(buffer: bytearray) -> list[bytes]:
@@ -385,6 +398,10 @@ class HttpProxy:
             if name.decode("latin-1").lower() not in _HOP
         ]
         message_in = None
+        if scope["method"] != "POST" and body:
+            # Streamable HTTP's GET and DELETE carry none; a lenient upstream might read one.
+            await _refuse(send, 400, -32600, "this request carries no body", "unexpected_body")
+            return
         if scope["method"] == "POST":
             try:
                 message_in = _parse(bytes(body))

@@ -249,6 +249,8 @@ def test_bodies_the_proxy_cannot_read_are_answered_by_it(
             ({}, b'{"jsonrpc":"2.0","id":1,"method":"tools/call",', 400, None),
             ({}, keyed.replace(b'"bad"', b'"b\xffd"'), 400, None),
             ({}, b"", 400, None),
+            ({}, keyed[:-1] + b',"params":{"name":"record","arguments":{}}}', 400, None),
+            ({}, keyed.replace(b'"k-bad"', b'"k-bad","idempotencyKey":null'), 400, None),
         ]
         for headers, body, status, kind in cases:
             refused = post(url, body, "t", **headers)
@@ -258,6 +260,13 @@ def test_bodies_the_proxy_cannot_read_are_answered_by_it(
                 assert error["data"]["type"] == kind
             if status == 400:
                 assert error["code"] == -32700
+        for method in ("GET", "DELETE", "PUT"):  # a body where Streamable HTTP has none
+            sent = CLIENT.request(
+                method, url + "/mcp", content=keyed, headers={"host": "localhost"}
+            )
+            assert sent.status_code == 400 and sent.json()["error"]["data"]["type"] == (
+                "unexpected_body"
+            )
     assert up.seen == []
 
 
