@@ -16,6 +16,8 @@ EPILOG = """\
 stdio:  idemtools proxy [options] -- COMMAND [ARGS...]
         The proxy is the host's stdio server; COMMAND is started as its child and relayed.
 HTTP:   idemtools proxy --upstream URL --listen HOST:PORT [options]
+        Off loopback also --allowed-hosts (and --allowed-origins for browsers); with
+        --issuer also --jwks-url and --audience.
 
 Every keyed tools/call (params.idempotencyKey) is decided by the idemtools engine: run once
 (forwarded upstream without the key, unless --forward-key), replayed, or refused; everything
