@@ -2,10 +2,12 @@
 
 The proxy answers replays itself, so the caller's identity must come from a check the proxy
 made on *this* request. With `--issuer/--jwks-url/--audience` it verifies the bearer JWT
-(signature from the JWKS, `iss`, `aud`, `exp`, `sub` required): a token that no longer
-verifies (expired, another audience) yields no identity, so its keyed calls are refused and it
-gets no replay. With `--scope token-hash` the identity is a SHA-256 of the `Authorization`
-value: possessing the token is what authorizes a replay (the proxy says so at start-up).
+(signature from the JWKS, `iss`, `aud`, `exp`, `sub` required; the audience is mandatory, so a
+token minted for another service never verifies): a keyed call whose token does not verify
+(none, expired, another audience) is refused before any record is read, whatever the tool's
+scope, so it gets no replay. With `--scope token-hash` the identity is a SHA-256 of the
+`Authorization` value: possessing the token is what authorizes a replay (the proxy says so at
+start-up).
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from urllib.request import url2pathname
 
 import httpx
 
+from ..errors import RefusedError, ScopeUnavailableError, UnauthorizedError
 from ..scopes import AuthInfo, CallContext
 from .scope import RequestInfo, credential_hash
 
-__all__ = ["JwtVerifier", "http_context"]
+__all__ = ["JwtVerifier", "caller_refusal", "http_context"]
+
+_NEEDS_JWT = frozenset({"subject", "client"})
 
 log = logging.getLogger("idemtools.proxy")
 
@@ -42,7 +47,7 @@ class JwtVerifier:
     `https://...` or, for tests and air-gapped hosts, `file:///path/jwks.json`.
     """
 
-    def __init__(self, issuer: str, jwks_url: str, audience: str | None) -> None:
+    def __init__(self, issuer: str, jwks_url: str, audience: str) -> None:
         import jwt  # the `proxy` extra
 
         self._jwt = jwt
@@ -85,7 +90,7 @@ class JwtVerifier:
                 algorithms=_ALGORITHMS,
                 audience=self.audience,
                 issuer=self.issuer,
-                options={"require": ["exp", "iss", "sub"], "verify_aud": self.audience is not None},
+                options={"require": ["exp", "iss", "sub", "aud"], "verify_aud": True},
             )
         except (jwt.PyJWTError, OSError, ValueError, KeyError, httpx.HTTPError) as exc:
             log.info("bearer token refused: %s", type(exc).__name__)
@@ -131,3 +136,30 @@ async def http_context(
         arguments=arguments if isinstance(arguments, dict) else None,
         raw=info,
     )
+
+
+def caller_refusal(
+    verifier: JwtVerifier | None, context: CallContext, scope: str, key: object
+) -> RefusedError | None:
+    """Why a keyed HTTP call is refused before the engine reads any record, or None.
+
+    With a verifier, every keyed call needs a token that verifies now, whatever the tool's
+    scope: a token-hash or shared replay must not be served to a token minted for another
+    service. Without one, a scope that needs a verified subject names the proxy's flags.
+    """
+    if verifier is not None:
+        if context.auth is None:
+            return UnauthorizedError(
+                "keyed calls need a bearer token this proxy verifies (its --issuer and "
+                "--audience, not expired); this request has none that does",
+                key=key,
+            )
+        return None
+    if scope in _NEEDS_JWT:
+        return ScopeUnavailableError(
+            f"this tool is scoped by the caller's verified identity (--scope {scope}): start "
+            "the proxy with --issuer/--jwks-url/--audience to verify bearer tokens, or scope "
+            "it by --scope token-hash",
+            key=key,
+        )
+    return None

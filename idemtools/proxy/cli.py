@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = ["add_parser", "main"]
 
@@ -14,6 +16,8 @@ EPILOG = """\
 stdio:  idemtools proxy [options] -- COMMAND [ARGS...]
         The proxy is the host's stdio server; COMMAND is started as its child and relayed.
 HTTP:   idemtools proxy --upstream URL --listen HOST:PORT [options]
+        Off loopback also --allowed-hosts (and --allowed-origins for browsers); with
+        --issuer also --jwks-url and --audience.
 
 Every keyed tools/call (params.idempotencyKey) is decided by the idemtools engine: run once
 (forwarded upstream without the key, unless --forward-key), replayed, or refused; everything
@@ -62,7 +66,23 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     http.add_argument("--listen", metavar="HOST:PORT", help="where the proxy serves HTTP")
     http.add_argument("--issuer", metavar="URL", help="verify bearer JWTs from this issuer")
     http.add_argument("--jwks-url", metavar="URL", help="the issuer's JWKS (https:// or file://)")
-    http.add_argument("--audience", metavar="AUD", help="the audience the JWTs must carry")
+    http.add_argument(
+        "--audience", metavar="AUD", help="the audience the JWTs must carry (required by --issuer)"
+    )
+    http.add_argument(
+        "--allowed-hosts",
+        metavar="HOSTS",
+        help="comma-separated Host values served, e.g. mcp.example.com,mcp.example.com:8443 "
+        "(NAME:* any port, '*' anything); required when --listen is not a loopback address; "
+        "other Hosts get HTTP 403 (DNS-rebinding protection)",
+    )
+    http.add_argument(
+        "--allowed-origins",
+        metavar="ORIGINS",
+        help="comma-separated Origin values served, e.g. https://app.example.com ('*' "
+        "anything); a request without Origin is served; default: the loopback origins when "
+        "--listen is loopback, else none",
+    )
     http.add_argument(
         "--confirm-credential",
         nargs="?",
@@ -85,7 +105,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--format", choices=("markdown", "json"), default="markdown", help="default: markdown"
     )
     docs.add_argument("-o", "--output", metavar="FILE", help="write the page to FILE")
-    docs.add_argument("--name", help="the server's name on the page (default: the command/URL)")
+    docs.add_argument(
+        "--name", help="the server's name on the page (default: the upstream's serverInfo.name)"
+    )
     docs.add_argument(
         "--header",
         action="append",
@@ -103,6 +125,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     """Run the proxy for parsed arguments; returns the exit code."""
     from .config import ConfigError, ProxyConfig, duration, load
+    from .guard import split_list
 
     logging.basicConfig(
         stream=sys.stderr, level=str(args.log_level).upper(), format="idemtools proxy: %(message)s"
@@ -117,6 +140,8 @@ def main(args: argparse.Namespace) -> int:
             retention=duration(args.retention, "--retention") if args.retention else None,
             scope=args.scope,
             forward_key=args.forward_key,
+            allowed_hosts=split_list(args.allowed_hosts),
+            allowed_origins=split_list(args.allowed_origins),
         )
     except (ConfigError, ValueError) as exc:
         print(f"idemtools proxy: error: {exc}", file=sys.stderr)
@@ -129,8 +154,20 @@ def main(args: argparse.Namespace) -> int:
         if not command:
             print("idemtools proxy: error: no upstream: -- COMMAND [ARGS...]", file=sys.stderr)
             return 2
-        if args.issuer or args.jwks_url:
-            print("idemtools proxy: error: --issuer/--jwks-url are for HTTP", file=sys.stderr)
+        if args.issuer or args.jwks_url or args.allowed_hosts or args.allowed_origins:
+            print(
+                "idemtools proxy: error: --issuer/--jwks-url/--allowed-hosts/--allowed-origins "
+                "are for HTTP",
+                file=sys.stderr,
+            )
+            return 2
+        if _ruled(config):
+            print(
+                "idemtools proxy: error: authorize rules need a bearer JWT the proxy verifies: "
+                "HTTP with --issuer/--jwks-url/--audience (on stdio every call of a ruled tool "
+                "would be refused)",
+                file=sys.stderr,
+            )
             return 2
         from .stdio import serve_stdio
 
@@ -160,12 +197,12 @@ def _docs(args: argparse.Namespace, command: list[str], config: Any) -> int:
 
     async def page() -> str:
         if command:
-            tools = await tools_over_stdio(command)
+            listing = await tools_over_stdio(command)
         else:
-            tools = await tools_over_http(args.upstream, headers)
+            listing = await tools_over_http(args.upstream, headers)
         transport = "stdio" if command else "Streamable HTTP"
-        name = args.name or (" ".join(command) if command else args.upstream)
-        doc = await describe_proxy(config, tools, server=name, transport=transport)
+        name = args.name or listing.name or _bare(command, args.upstream)
+        doc = await describe_proxy(config, listing.tools, server=name, transport=transport)
         return render_json(doc) if args.format == "json" else render_markdown(doc)
 
     try:
@@ -181,6 +218,30 @@ def _docs(args: argparse.Namespace, command: list[str], config: Any) -> int:
     return 0
 
 
+def _bare(command: list[str], upstream: str | None) -> str:
+    """A title without paths or queries, for an upstream that gives itself no name."""
+    if command:
+        return os.path.basename(command[-1]) or os.path.basename(command[0])
+    parts = urlsplit(upstream or "")
+    return parts.netloc + parts.path
+
+
+def _ruled(config: Any) -> bool:
+    return any(policy.authorize is not None for _, policy in config.policies())
+
+
+def _guard(listen: str, config: Any) -> Any:
+    """The Host/Origin guard for `listen`, or None when a non-loopback address has none."""
+    from .guard import HostGuard, is_loopback, loopback_guard
+
+    host = listen.rpartition(":")[0] or "127.0.0.1"
+    if is_loopback(host):
+        return loopback_guard(config.allowed_hosts, config.allowed_origins)
+    if not config.allowed_hosts:
+        return None
+    return HostGuard(config.allowed_hosts, config.allowed_origins)
+
+
 def _http(args: argparse.Namespace, command: list[str], config: Any) -> int:
     from .http import serve_http
 
@@ -191,14 +252,36 @@ def _http(args: argparse.Namespace, command: list[str], config: Any) -> int:
             file=sys.stderr,
         )
         return 2
+    guard = _guard(args.listen, config)
+    if guard is None:
+        print(
+            f"idemtools proxy: error: --listen {args.listen} is not a loopback address: name "
+            "the Host values clients reach the proxy by with --allowed-hosts (or '*' to accept "
+            "any, e.g. behind a gateway that checks it) and the browser origins with "
+            "--allowed-origins (DNS-rebinding protection; docs/proxy.md)",
+            file=sys.stderr,
+        )
+        return 2
     verifier = None
-    if args.issuer or args.jwks_url:
-        if not (args.issuer and args.jwks_url):
-            print("idemtools proxy: error: --issuer needs --jwks-url", file=sys.stderr)
+    if args.issuer or args.jwks_url or args.audience:
+        if not (args.issuer and args.jwks_url and args.audience):
+            print(
+                "idemtools proxy: error: --issuer needs --jwks-url and --audience (the "
+                "audience this proxy's tokens carry: a token minted for another service must "
+                "never replay here)",
+                file=sys.stderr,
+            )
             return 2
         from .auth import JwtVerifier
 
         verifier = JwtVerifier(args.issuer, args.jwks_url, args.audience)
+    if verifier is None and _ruled(config):
+        print(
+            "idemtools proxy: error: authorize rules need a bearer JWT the proxy verifies: "
+            "--issuer/--jwks-url/--audience",
+            file=sys.stderr,
+        )
+        return 2
     log = logging.getLogger("idemtools.proxy")
     if args.confirm_credential is not None and args.confirm_credential < 0:
         print("idemtools proxy: error: --confirm-credential SECONDS must be >= 0", file=sys.stderr)
@@ -221,5 +304,5 @@ def _http(args: argparse.Namespace, command: list[str], config: Any) -> int:
             "(idempotency_scope_unavailable) unless a tool's scope is token-hash or shared"
         )
     return asyncio.run(
-        serve_http(args.upstream, args.listen, config, verifier, args.confirm_credential)
+        serve_http(args.upstream, args.listen, config, verifier, args.confirm_credential, guard)
     )

@@ -4,6 +4,8 @@
     store = "sqlite:///var/lib/idemtools/proxy.db"
     forward_key = false        # strip idempotencyKey before forwarding (default)
     shutdown_grace = 30        # seconds keyed calls in flight get at shutdown
+    allowed_hosts = ["mcp.example.com"]          # HTTP: Host values served (or ["*"])
+    allowed_origins = ["https://app.example.com"] # HTTP: browser origins served
 
     [default]                  # tools no [tools.*] table matches
     retention = "24h"          # seconds, or a number with s, m, h or d
@@ -47,7 +49,15 @@ class ConfigError(ValueError):
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _POLICY_KEYS = {"retention", "lease", "max_runtime", "scope", "authorize"}
-_TOP_KEYS = {"store", "forward_key", "shutdown_grace", "default", "tools"}
+_TOP_KEYS = {
+    "store",
+    "forward_key",
+    "shutdown_grace",
+    "allowed_hosts",
+    "allowed_origins",
+    "default",
+    "tools",
+}
 
 
 def duration(value: object, what: str) -> float:
@@ -83,6 +93,11 @@ class ProxyConfig:
     store: str = "memory://"
     forward_key: bool = False
     shutdown_grace: float = 30.0
+    allowed_hosts: tuple[str, ...] = ()
+    """HTTP: the `Host` values served (`--allowed-hosts`); empty: the listen address's
+    defaults (see `guard`)."""
+    allowed_origins: tuple[str, ...] = ()
+    """HTTP: the `Origin` values served (`--allowed-origins`)."""
 
     def policy_for(self, name: str) -> Policy:
         """An exact `[tools.NAME]` first, then the first glob that matches, else the default."""
@@ -110,6 +125,8 @@ class ProxyConfig:
         retention: float | None = None,
         scope: str | None = None,
         forward_key: bool | None = None,
+        allowed_hosts: tuple[str, ...] = (),
+        allowed_origins: tuple[str, ...] = (),
     ) -> ProxyConfig:
         """The command-line flags: they set the default policy (and keep the rules' own)."""
         default = self.default
@@ -122,6 +139,8 @@ class ProxyConfig:
             default=default,
             store=store if store is not None else self.store,
             forward_key=forward_key if forward_key is not None else self.forward_key,
+            allowed_hosts=allowed_hosts or self.allowed_hosts,
+            allowed_origins=allowed_origins or self.allowed_origins,
         )
 
     @property
@@ -193,7 +212,16 @@ def parse(data: Mapping[str, Any], source: str = "config") -> ProxyConfig:
         store=store,
         forward_key=forward_key,
         shutdown_grace=grace,
+        allowed_hosts=_strings(data, "allowed_hosts", source),
+        allowed_origins=_strings(data, "allowed_origins", source),
     )
+
+
+def _strings(data: Mapping[str, Any], key: str, source: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(f"{source}: {key} must be a list of non-empty strings")
+    return tuple(v.strip() for v in value)
 
 
 def load(path: str | Path) -> ProxyConfig:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..docs.model import ServerDoc, document
@@ -21,7 +22,7 @@ from ..policy import Registry
 from ..stores import from_url
 from .config import ProxyConfig
 
-__all__ = ["UpstreamError", "describe_proxy", "tools_over_http", "tools_over_stdio"]
+__all__ = ["Listing", "UpstreamError", "describe_proxy", "tools_over_http", "tools_over_stdio"]
 
 LEGACY = "2025-11-25"
 _INITIALIZE = {
@@ -35,12 +36,28 @@ class UpstreamError(RuntimeError):
     """The upstream could not be listed (not started, no answer, an error answer)."""
 
 
+@dataclass(frozen=True)
+class Listing:
+    """What the page is built from: the upstream's tools and the name it gives itself."""
+
+    tools: list[dict[str, Any]]
+    name: str | None
+    """`serverInfo.name` from its `initialize` answer: the page's default title (a command
+    line would put absolute paths, and a URL its query, on a published page)."""
+
+
+def _server_name(result: Mapping[str, Any]) -> str | None:
+    info = result.get("serverInfo")
+    name = info.get("name") if isinstance(info, dict) else None
+    return name.strip() if isinstance(name, str) and name.strip() else None
+
+
 def _pages(first: Mapping[str, Any] | None) -> str | None:
     cursor = (first or {}).get("nextCursor")
     return cursor if isinstance(cursor, str) and cursor else None
 
 
-async def tools_over_stdio(command: Sequence[str], timeout: float = 30) -> list[dict[str, Any]]:
+async def tools_over_stdio(command: Sequence[str], timeout: float = 30) -> Listing:
     """Start COMMAND, `initialize` it, read every page of `tools/list`, close its stdin."""
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -66,8 +83,8 @@ async def tools_over_stdio(command: Sequence[str], timeout: float = 30) -> list[
                 if isinstance(answer, dict) and answer.get("id") == rid and "method" not in answer:
                     return _result(answer, method)
 
-    async def listing() -> list[dict[str, Any]]:
-        await request("initialize", _INITIALIZE)
+    async def listing() -> Listing:
+        name = _server_name(await request("initialize", _INITIALIZE))
         stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         tools: list[dict[str, Any]] = []
         params: dict[str, Any] = {}
@@ -75,7 +92,7 @@ async def tools_over_stdio(command: Sequence[str], timeout: float = 30) -> list[
             page = await request("tools/list", params)
             tools += [t for t in page.get("tools", []) if isinstance(t, dict)]
             if (cursor := _pages(page)) is None:
-                return tools
+                return Listing(tools, name)
             params = {"cursor": cursor}
 
     try:
@@ -104,7 +121,7 @@ def _result(answer: Mapping[str, Any], method: str) -> dict[str, Any]:
 
 async def tools_over_http(
     url: str, headers: Mapping[str, str] | None = None, timeout: float = 30
-) -> list[dict[str, Any]]:
+) -> Listing:
     """`initialize` (2025-11-25, a session if the upstream makes one), every page of
     `tools/list`, then end the session. JSON and SSE answers are both read."""
     import httpx
@@ -139,7 +156,7 @@ async def tools_over_http(
             return response, _result(response.json(), method)
 
         try:
-            response, _ = await post("initialize", _INITIALIZE, {})
+            response, initialized = await post("initialize", _INITIALIZE, {})
             session = response.headers.get("mcp-session-id")
             extra = {"mcp-protocol-version": LEGACY}
             if session:
@@ -156,7 +173,7 @@ async def tools_over_http(
             if session:
                 with contextlib.suppress(httpx.HTTPError):
                     await client.delete(url, headers={**base, **extra})
-            return tools
+            return Listing(tools, _server_name(initialized))
         except httpx.HTTPError as exc:
             raise UpstreamError(f"the upstream at {url} could not be listed: {exc}") from None
 

@@ -1,8 +1,11 @@
 """The Streamable HTTP relay: `--upstream URL --listen HOST:PORT`.
 
-Every request is forwarded to the upstream's origin at the same path and query, headers
-passed through (hop-by-hop ones and `Accept-Encoding` aside, so that bodies arrive as sent);
-responses come back with their status, headers and body — JSON, or an SSE stream relayed
+Every request whose `Host` and `Origin` the proxy accepts (`guard`) is forwarded to the
+upstream's origin at the same path and query, its body inflated (`encoding`), headers passed
+through (hop-by-hop ones, `Host`, `X-Forwarded-Host`/`Forwarded`, `Content-Encoding` aside;
+`Accept-Encoding: identity`, so that answers arrive as the proxy reads them), on that caller's
+request only: the proxy keeps no cookies. A body it cannot read is answered, never relayed.
+Responses come back with their status, headers and body — JSON, or an SSE stream relayed
 event by event. Both protocol eras: 2025-11-25 (`initialize`, `Mcp-Session-Id`, GET streams,
 DELETE) and 2026-07-28 (stateless, `server/discover`). As on stdio, the `initialize` and
 `server/discover` results gain `capabilities.tools.idempotency`, and a keyed `tools/call` is
@@ -21,9 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import http.cookiejar
+import inspect
 import itertools
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,16 +39,20 @@ import httpx
 import orjson
 
 from ..engine import Engine
+from ..errors import RefusedError, UnauthorizedError
 from ..policy import Registry
 from ..stores import from_url
-from .auth import JwtVerifier, http_context
+from .auth import JwtVerifier, caller_refusal, http_context
 from .batch import INVALID_REQUEST, Kind, cancel_target, kind, needs_split
 from .config import ProxyConfig
 from .confirm import CredentialConfirmer, confirming
+from .encoding import Corrupt, TooLarge, Unsupported, inflate
 from .faults import UpstreamLost, unavailable_error
-from .keyed import KeyedCalls, ToolCatalog, advertise, is_keyed
+from .guard import HostGuard, loopback_guard
+from .keyed import KeyedCalls, ToolCatalog, Upstream, advertise, is_keyed, response
+from .scope import scope_name
 
-__all__ = ["HttpProxy", "serve_http"]
+__all__ = ["HttpProxy", "http_server", "serve_http"]
 
 log = logging.getLogger("idemtools.proxy")
 
@@ -61,10 +72,27 @@ _HOP = frozenset(
         "upgrade",
         "accept-encoding",
         "proxy-connection",
+        # The body relayed is always the inflated one (see `encoding`).
+        "content-encoding",
+        # A Host the proxy did not validate, claimed by the caller.
+        "forwarded",
+        "x-forwarded-host",
     }
 )
 _ADVERTISED = frozenset({"initialize", "server/discover"})
 MAX_BODY = 64 << 20
+_CATALOGS = 1024  # callers whose tool list is kept at once
+
+
+class _NoCookies(http.cookiejar.DefaultCookiePolicy):
+    """The proxy keeps no cookies: an upstream's `Set-Cookie` for one caller must never be
+    sent on another caller's request (each request carries its caller's own `Cookie`)."""
+
+    def set_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
+        return False
+
+    def return_ok(self, cookie: http.cookiejar.Cookie, request: Any) -> bool:
+        return False
 
 
 def _dumps(message: Any) -> bytes:
@@ -82,6 +110,27 @@ def _loads(data: bytes) -> Any:
             return json.loads(data)
         except ValueError:
             return None
+
+
+def _parse(data: bytes) -> Any:
+    """The JSON value of a request body; ValueError when it is not JSON, or when an object has
+    a member twice (parsers disagree on which one counts: the upstream's might see a key the
+    proxy did not). Without `tools` or an escape the body cannot name `tools/call`, so the
+    slower check for duplicates is skipped."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        value = json.loads(data)
+    if b"tools" in data or b"\\" in data:
+        json.loads(data, object_pairs_hook=_unique)
+    return value
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        raise ValueError("an object has a member twice")
+    return members
 
 
 def _events(buffer: bytearray) -> list[bytes]:
@@ -143,6 +192,7 @@ class _CallUpstream:
         self.rid = rid
         self.events: asyncio.Queue[bytes] = asyncio.Queue() if events is None else events
         self.refused: _Refused | None = None
+        self.caller = _caller(headers)
 
     async def request(
         self, method: str, params: dict[str, Any], *, timeout: float | None
@@ -195,6 +245,38 @@ class _CallUpstream:
             await response.aclose()
 
 
+def _caller(headers: list[tuple[str, str]]) -> str:
+    """Whose credentials a request carries (a digest: never stored or logged in clear)."""
+    parts = [
+        "\n".join(value for name, value in headers if name.lower() == wanted)
+        for wanted in ("authorization", "cookie", "mcp-session-id")
+    ]
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class _CatalogPerCaller(ToolCatalog):
+    """One tool catalog per caller's credentials: the `tools/list` read on a caller's request
+    is made with that caller's headers (an upstream may list other tools to other callers), so
+    it decides "unknown tool" for that caller only. Bounded: the least recently used go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._by_caller: OrderedDict[str, ToolCatalog] = OrderedDict()
+
+    def changed(self) -> None:
+        self._by_caller.clear()
+
+    async def unknown(self, name: str, upstream: Upstream, meta: Any) -> bool:
+        caller = str(getattr(upstream, "caller", ""))
+        catalog = self._by_caller.get(caller)
+        if catalog is None:
+            catalog = self._by_caller[caller] = ToolCatalog()
+            while len(self._by_caller) > _CATALOGS:
+                self._by_caller.popitem(last=False)
+        self._by_caller.move_to_end(caller)
+        return await catalog.unknown(name, upstream, meta)
+
+
 def _flight(headers: list[tuple[str, str]], rid: Any) -> tuple[str, str, str]:
     """Who sent request `rid`: ids are only unique per session (and caller)."""
     lowered = {name.lower(): value for name, value in headers}
@@ -220,19 +302,29 @@ class HttpProxy:
         config: ProxyConfig,
         verifier: JwtVerifier | None = None,
         confirm_ttl: float | None = None,
+        guard: HostGuard | None = None,
     ) -> None:
         parts = urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"--upstream must be an http(s) URL, got {upstream!r}")
         self.origin = f"{parts.scheme}://{parts.netloc}"
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+        self.guard = guard if guard is not None else loopback_guard()
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=10.0),
+            cookies=http.cookiejar.CookieJar(policy=_NoCookies()),
+            # Bodies as the upstream sends them, never compressed on the way back: the answers
+            # the proxy reads or patches are relayed with the upstream's own headers.
+            headers={"accept-encoding": "identity"},
+        )
+        self.rules = config
+        """The configuration as written: its `authorize` rules gate every call of a tool."""
         if confirm_ttl is not None:  # --confirm-credential: token-hash replays ask upstream
             config = confirming(config, CredentialConfirmer(upstream, self.client, confirm_ttl))
         self.config = config
         self.verifier = verifier
         self.store = from_url(config.store)
         self.engine = Engine(self.store, registry=Registry(), default_policy=config.default)
-        self.catalog = ToolCatalog()
+        self.catalog = _CatalogPerCaller()
         self.keyed = KeyedCalls(self.engine, config, self.catalog)
         self.ids = itertools.count(1)
         self.in_flight: dict[tuple[str, str, str], int] = {}
@@ -258,6 +350,21 @@ class HttpProxy:
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        host = origin = encoding = None
+        for name, value in scope["headers"]:
+            lowered = name.lower()
+            if lowered == b"host":
+                host = value.decode("latin-1")
+            elif lowered == b"origin":
+                origin = value.decode("latin-1")
+            elif lowered == b"content-encoding":
+                coding = value.decode("latin-1")
+                encoding = coding if encoding is None else f"{encoding},{coding}"
+        refused = self.guard.refusal(host, origin)
+        if refused is not None:  # DNS rebinding: nothing reaches the upstream
+            log.warning("request refused: %s", refused)
+            await _refuse(send, 403, -32000, refused, "invalid_host_or_origin")
+            return
         body = bytearray()
         while True:
             message = await receive()
@@ -265,10 +372,22 @@ class HttpProxy:
                 return
             body += message.get("body", b"")
             if len(body) > MAX_BODY:
-                await _plain(send, 413, b"request body too large")
+                await _refuse(send, 413, -32600, "request body too large", "body_too_large")
                 return
             if not message.get("more_body"):
                 break
+        if encoding is not None and body:
+            try:
+                body = bytearray(inflate(bytes(body), encoding, MAX_BODY))
+            except Unsupported as exc:
+                await _refuse(send, 415, -32600, str(exc), "unsupported_content_encoding")
+                return
+            except TooLarge:
+                await _refuse(send, 413, -32600, "request body too large", "body_too_large")
+                return
+            except Corrupt as exc:
+                await _refuse(send, 400, -32700, f"Parse error: {exc}", "parse_error")
+                return
         query = scope.get("query_string", b"").decode("latin-1")
         url = self.origin + scope.get("raw_path", scope["path"].encode()).decode("latin-1")
         if query and "?" not in url:
@@ -278,7 +397,20 @@ class HttpProxy:
             for name, value in scope["headers"]
             if name.decode("latin-1").lower() not in _HOP
         ]
-        message_in = _loads(bytes(body)) if scope["method"] == "POST" and body else None
+        message_in = None
+        if scope["method"] != "POST" and body:
+            # Streamable HTTP's GET and DELETE carry none; a lenient upstream might read one.
+            await _refuse(send, 400, -32600, "this request carries no body", "unexpected_body")
+            return
+        if scope["method"] == "POST":
+            try:
+                message_in = _parse(bytes(body))
+            except ValueError:
+                # What the proxy cannot read is never relayed: it may be a keyed call.
+                await _refuse(send, 400, -32700, "Parse error", "parse_error")
+                return
+        if await self._forbidden(message_in, headers, send):
+            return
         if isinstance(message_in, dict) and is_keyed(message_in):
             flight = _flight(headers, message_in.get("id"))
             self.in_flight[flight] = self.in_flight.get(flight, 0) + 1
@@ -307,6 +439,41 @@ class HttpProxy:
         if isinstance(message_in, dict) and message_in.get("method") in _ADVERTISED:
             patch = message_in.get("id")
         await self._relay(scope["method"], url, headers, bytes(body), receive, send, patch)
+
+    async def _forbidden(self, message: Any, headers: list[tuple[str, str]], send: Send) -> bool:
+        """Refuse (and answer) an unkeyed `tools/call` its tool's `authorize` rule refuses:
+        the rules cover every call of the tool, not only the keyed ones (which the engine
+        checks itself). In a batch one refused entry refuses the whole batch."""
+        entries = message if isinstance(message, list) else [message]
+        for entry in entries:
+            if not isinstance(entry, dict) or entry.get("method") != "tools/call":
+                continue
+            if is_keyed(entry):
+                continue
+            params = entry.get("params")
+            name = params.get("name") if isinstance(params, dict) else None
+            if not isinstance(name, str):
+                continue
+            rule = self.rules.policy_for(name).authorize
+            if rule is None:
+                continue
+            lowered = {key.lower(): value for key, value in headers}
+            arguments = params.get("arguments") if isinstance(params, dict) else None
+            context = await http_context(lowered, self.verifier, name, arguments)
+            verdict: Any = rule(context)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+            if verdict is True or verdict is None:
+                continue
+            log.info("tools/call refused by the authorize rule of %s", name)
+            outcome = self.engine.refusal(UnauthorizedError("unauthorized"))
+            error = dict(outcome.error or {})
+            error["data"] = {"type": UnauthorizedError.type}
+            rid = entry.get("id") if message is entry else None
+            reply = {"jsonrpc": "2.0", "id": rid, "error": error}
+            await _whole(send, 200 if message is entry else 403, b"application/json", _dumps(reply))
+            return True
+        return False
 
     async def _relay(
         self,
@@ -391,6 +558,10 @@ class HttpProxy:
         context = await http_context(
             lowered, self.verifier, params.get("name"), params.get("arguments")
         )
+        early = self._caller_refused(message, context)
+        if early is not None:
+            await _whole(send, 200, b"application/json", _dumps(early))
+            return
         upstream = _CallUpstream(self, url, headers, message["id"])
         # The answer is decided apart from this request: a client that goes away does not
         # stop the execution, which finishes and is recorded (the retry gets the replay).
@@ -540,6 +711,9 @@ class HttpProxy:
             context = await http_context(
                 lowered, self.verifier, params.get("name"), params.get("arguments")
             )
+            refused = self._caller_refused(entry, context)
+            if refused is not None:
+                return refused, None
             upstream = _CallUpstream(self, url, headers, entry["id"], events)
             reply = await self._answer(entry, context, upstream)
             return reply, upstream.refused
@@ -556,12 +730,26 @@ class HttpProxy:
         except httpx.HTTPError as exc:
             log.warning("a notification of a batch was not delivered: %s", type(exc).__name__)
 
+    def _caller_refused(self, message: dict[str, Any], context: Any) -> dict[str, Any] | None:
+        """The answer to a keyed call refused for its caller before any record is read."""
+        name = message["params"].get("name")
+        policy = self.config.policy_for(name) if isinstance(name, str) else self.config.default
+        key = message["params"].get("idempotencyKey")
+        error: RefusedError | None = caller_refusal(
+            self.verifier, context, scope_name(policy.scope), key
+        )
+        if error is None:
+            return None
+        return response(message.get("id"), self.engine.refusal(error))
+
     async def _answer(
         self, message: dict[str, Any], context: Any, upstream: _CallUpstream
     ) -> dict[str, Any]:
         keyed = self.keyed
 
         class Refusing:
+            caller = upstream.caller
+
             async def request(
                 self, method: str, params: dict[str, Any], *, timeout: float | None
             ) -> dict[str, Any]:
@@ -622,6 +810,13 @@ async def _until_disconnect(stream: Awaitable[None], receive: Receive) -> None:
             await relay  # re-raises what broke the relay (an upstream error)
 
 
+async def _refuse(send: Send, status: int, code: int, message: str, kind: str) -> None:
+    """An HTTP refusal by the proxy itself: a JSON-RPC error (id null) with `data.type`."""
+    error = {"code": code, "message": message, "data": {"type": kind}}
+    body = _dumps({"jsonrpc": "2.0", "id": None, "error": error})
+    await _whole(send, status, b"application/json", body)
+
+
 async def _plain(send: Send, status: int, body: bytes) -> None:
     await _whole(send, status, b"text/plain", body)
 
@@ -641,27 +836,35 @@ async def _whole(send: Send, status: int, content_type: bytes, body: bytes) -> N
     await send({"type": "http.response.body", "body": body})
 
 
-async def serve_http(
-    upstream: str,
-    listen: str,
-    config: ProxyConfig,
-    verifier: JwtVerifier | None = None,
-    confirm_ttl: float | None = None,
-) -> int:
-    """Serve the relay on `listen` (HOST:PORT) until SIGTERM/SIGINT; returns the exit code."""
+def http_server(app: HttpProxy, listen: str) -> Any:
+    """The uvicorn server of `app` on `listen` (HOST:PORT). It adds no `date` or `server`
+    header of its own: relayed answers carry the upstream's, and only those."""
     import uvicorn  # the `proxy` extra (mcp brings it too)
 
     host, _, port = listen.rpartition(":")
-    app = HttpProxy(upstream, config, verifier, confirm_ttl)
-    server = uvicorn.Server(
+    return uvicorn.Server(
         uvicorn.Config(
             app,
             host=host.strip("[]") or "127.0.0.1",
             port=int(port),
             log_level="warning",
             lifespan="on",
-            timeout_graceful_shutdown=int(config.shutdown_grace),
+            timeout_graceful_shutdown=int(app.config.shutdown_grace),
+            server_header=False,
+            date_header=False,
         )
     )
-    await server.serve()
+
+
+async def serve_http(
+    upstream: str,
+    listen: str,
+    config: ProxyConfig,
+    verifier: JwtVerifier | None = None,
+    confirm_ttl: float | None = None,
+    guard: HostGuard | None = None,
+) -> int:
+    """Serve the relay on `listen` (HOST:PORT) until SIGTERM/SIGINT; returns the exit code."""
+    app = HttpProxy(upstream, config, verifier, confirm_ttl, guard)
+    await http_server(app, listen).serve()
     return 0

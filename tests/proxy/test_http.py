@@ -131,8 +131,12 @@ def issuer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     path = tmp_path_factory.mktemp("jwks") / "jwks.json"
     path.write_text(json.dumps({"keys": [{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]}))
 
-    def token(sub: str, scope: str = "tools:write", aud: str = AUDIENCE, ttl: float = 300) -> str:
-        claims = {"iss": ISSUER, "sub": sub, "aud": aud, "exp": int(time.time() + ttl)}
+    def token(
+        sub: str, scope: str = "tools:write", aud: str | None = AUDIENCE, ttl: float = 300
+    ) -> str:
+        claims: dict[str, Any] = {"iss": ISSUER, "sub": sub, "exp": int(time.time() + ttl)}
+        if aud is not None:
+            claims["aud"] = aud
         claims["scope"] = scope
         encoded: str = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
         return encoded
@@ -162,12 +166,13 @@ def test_jwt_scopes_by_subject_and_rules_gate_every_replay(
         reader = issuer("alice", scope="tools:read")
         denied = post(url, call(4, "record", "k-j", label="j"), reader)
         assert denied["error"]["data"]["type"] == "idempotency_unauthorized"
-        # A token that no longer verifies (expired, another audience) gets no replay.
+        # A token that no longer verifies (expired, another audience) gets no replay, whether
+        # or not its tool has a rule: refused before any record is read.
         for stale in (issuer("alice", ttl=-60), issuer("alice", aud="someone-else")):
             gone = post(url, call(5, "record", "k-j", label="j"), stale)
-            assert gone["error"]["data"]["type"] == "idempotency_unauthorized"  # the rule first
+            assert gone["error"]["data"]["type"] == "idempotency_unauthorized"
             unruled = post(url, call(6, "fail", "k-f", label="f"), stale)  # a tool without one
-            assert unruled["error"]["data"]["type"] == "idempotency_scope_unavailable"
+            assert unruled["error"]["data"]["type"] == "idempotency_unauthorized"
         assert executions(log, "j") == 2 and executions(log, "f") == 0
 
 
