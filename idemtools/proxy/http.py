@@ -35,10 +35,11 @@ from ..engine import Engine
 from ..policy import Registry
 from ..stores import from_url
 from .auth import JwtVerifier, http_context
-from .batch import INVALID_REQUEST, Kind, cancel_target, kind, needs_split
+from .batch import Kind, cancel_target, invalid, kind, needs_split
 from .config import ProxyConfig
 from .confirm import CredentialConfirmer, confirming
 from .faults import UpstreamLost, unavailable_error
+from .ingress import Refused, admit
 from .keyed import KeyedCalls, ToolCatalog, advertise, is_keyed
 
 __all__ = ["HttpProxy", "serve_http"]
@@ -278,7 +279,10 @@ class HttpProxy:
             for name, value in scope["headers"]
             if name.decode("latin-1").lower() not in _HOP
         ]
-        message_in = _loads(bytes(body)) if scope["method"] == "POST" and body else None
+        message_in = admit(bytes(body)) if scope["method"] == "POST" and body else None
+        if isinstance(message_in, Refused):  # what the proxy cannot parse or check: never relayed
+            await _whole(send, 400, b"application/json", _dumps(message_in.response))
+            return
         if isinstance(message_in, dict) and is_keyed(message_in):
             flight = _flight(headers, message_in.get("id"))
             self.in_flight[flight] = self.in_flight.get(flight, 0) + 1
@@ -462,7 +466,7 @@ class HttpProxy:
                 slots.append(asyncio.ensure_future(_forward(upstream, entry)))
             elif what is Kind.INVALID:
                 done: asyncio.Future[Any] = loop.create_future()
-                done.set_result((orjson.loads(INVALID_REQUEST), None))
+                done.set_result((invalid(entry), None))
                 slots.append(done)
             else:
                 target = cancel_target(entry)
