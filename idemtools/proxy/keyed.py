@@ -288,8 +288,10 @@ class KeyedCalls:
 
 
 def _era(params: Mapping[str, Any]) -> str:
-    meta = params.get("_meta")
-    version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+    """The request's protocol version: its `_meta` one (2026-07-28 on), else 2025-11-25."""
+    if not _modern(params):
+        return LEGACY
+    version = params["_meta"][PROTOCOL_VERSION_META_KEY]
     return version if isinstance(version, str) and version != LEGACY else "2026-07-28"
 
 
