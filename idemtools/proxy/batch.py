@@ -24,15 +24,14 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
-from .ingress import refusal
+from .ingress import error_response, refusal
 from .keyed import is_keyed
 
 __all__ = ["INVALID_REQUEST", "Batch", "Kind", "cancel_target", "invalid", "kind", "needs_split"]
 
 INVALID_REQUEST = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}}'
-"""JSON-RPC 2.0's answer to a batch entry that is not a request object."""
+"""JSON-RPC 2.0's answer to a batch entry that is not a request object (`invalid` adds
+`error.data.type`)."""
 
 
 class Kind(enum.Enum):
@@ -67,7 +66,7 @@ def cancel_target(entry: Any) -> Any:
 def invalid(entry: Any) -> dict[str, Any]:
     """The proxy's answer to an entry of `Kind.INVALID`."""
     refused = refusal(entry)
-    return refused if refused is not None else orjson.loads(INVALID_REQUEST)
+    return refused if refused is not None else error_response(None, -32600, "Invalid Request")
 
 
 def needs_split(

@@ -63,11 +63,16 @@ _PREFIX_BYTES = ID_PREFIX.encode()
 
 
 def dumps(message: Any) -> bytes:
-    """One JSON line; the standard encoder for what orjson refuses (integers beyond 64 bits)."""
+    """One JSON line; the standard encoder for what orjson refuses (integers beyond 64 bits,
+    lone surrogates, which only an escape can spell in UTF-8)."""
     try:
         return orjson.dumps(message) + b"\n"
     except TypeError:
-        return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        try:
+            return text.encode() + b"\n"
+        except UnicodeEncodeError:
+            return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 
 
 def _loads(line: bytes) -> Any:

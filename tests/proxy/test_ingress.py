@@ -10,7 +10,7 @@ import pytest
 from idemtools.proxy.batch import Kind, invalid, kind, needs_split
 from idemtools.proxy.ingress import Refused, admit, refusal
 
-KEYED = {
+KEYED: dict[str, Any] = {
     "jsonrpc": "2.0",
     "id": 7,
     "method": "tools/call",

@@ -194,3 +194,20 @@ def test_no_message_carrying_a_keyed_call_reaches_the_upstream_unchecked(tmp_pat
 
         check()
         assert s.close() == 0
+
+
+def test_lone_surrogates_and_big_integers_are_relayed_as_the_same_value(tmp_path: Path) -> None:
+    # Re-serialized (a CR inside; an id the proxy aliases): still one valid UTF-8 line.
+    log = tmp_path / "log"
+    message = {
+        "jsonrpc": "2.0",
+        "method": "notifications/message",
+        "params": {"s": "\ud800", "n": 2**70},
+    }
+    with start(tmp_path) as s:
+        s.initialize()
+        s.send(json.dumps(message).replace(", ", ",\r ").encode() + b"\n")
+        s.send({"jsonrpc": "2.0", "id": "idemtools-proxy:\ud800", "method": "ping"})
+        assert s.answer("idemtools-proxy:\ud800")["result"] == {}
+        assert s.close() == 0
+    assert message in received(log)
