@@ -333,8 +333,9 @@ class StdioProxy:
         self.client_in: asyncio.ReadTransport | None = None
         self.writer: Any = None
         self.client_done = False
-        self.aliases: dict[str, Any] = {}
-        """Proxy ids standing in for client ids in the proxy's namespace, to the client's id."""
+        self.aliases: dict[str, tuple[Any, bool]] = {}
+        """Proxy ids standing in for client ids in the proxy's namespace, to the client's id
+        (and whether its answer is advertised: an `initialize` / `server/discover`)."""
         self.alias_of: dict[str, str] = {}
         """The other way: a client id in the proxy's namespace, in flight, to its alias."""
         self.client_lines = _Lines(
@@ -526,7 +527,7 @@ class StdioProxy:
     def _aliased(self, request: dict[str, Any]) -> bytes:
         """A client request whose id is in the proxy's namespace, under a fresh proxy id."""
         alias = self.upstream.new_id()
-        self.aliases[alias] = request["id"]
+        self.aliases[alias] = (request["id"], request.get("method") in _ADVERTISED)
         self.alias_of[request["id"]] = alias
         return dumps({**request, "id": alias})
 
@@ -671,9 +672,12 @@ class StdioProxy:
             rid = message.get("id")
             if "method" not in message and _ours(rid):
                 if rid in self.aliases:  # a client request sent under an alias: its own id back
-                    original = self.aliases.pop(rid)
+                    original, advertised = self.aliases.pop(rid)
                     self.alias_of.pop(original, None)
-                    self.write_client(dumps({**message, "id": original}))
+                    message["id"] = original
+                    if advertised:
+                        advertise(message)
+                    self.write_client(dumps(message))
                     return
                 if self.upstream.issued_by_proxy(rid):
                     return  # a late answer (after max_runtime): its outcome is recorded

@@ -91,3 +91,12 @@ def test_a_batch_with_an_id_in_the_proxys_namespace_is_answered_under_it(tmp_pat
         assert batch[1] == {"jsonrpc": "2.0", "id": OURS, "result": {}}
         assert text(batch[0]) == {"label": "b", "executions": 1}
         assert s.close() == 0
+
+
+def test_an_initialize_under_such_an_id_is_still_advertised(tmp_path: Path) -> None:
+    with start(tmp_path) as s:
+        params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}}
+        reply = s.request(OURS, "initialize", params)
+        assert reply["id"] == OURS
+        assert reply["result"]["capabilities"]["tools"]["idempotency"] == {}
+        assert s.close() == 0
