@@ -84,6 +84,7 @@ def session(tmp_path: Path, modern: bool) -> Session:
     return s
 
 
+@pytest.mark.sdk
 def test_replays_of_the_python_sdk_in_both_eras(tmp_path: Path) -> None:
     pytest.importorskip("mcp_types", reason="mcp 1.x serves 2025-11-25 only")
     name = "sep3182_record"

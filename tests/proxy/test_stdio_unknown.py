@@ -54,6 +54,7 @@ def unknown_is_not_recorded(
         assert s.close() == 0
 
 
+@pytest.mark.sdk  # FastMCP on mcp 1.x, MCPServer on 2.x: every supported release
 def test_the_python_sdks_unknown_tool_answer_is_not_recorded() -> None:
     unknown_is_not_recorded(
         server_command("highlevel", "--no-install"), {"Unknown tool: no_such_tool"}
