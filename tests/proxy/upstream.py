@@ -11,7 +11,8 @@ before its entries; on stdio each entry is answered on its own, over HTTP in one
 Every message it receives is appended to LOG as one JSON line (so a test can count executions
 across processes and see exactly what was forwarded). On stdio it reads as the Python SDK does:
 UTF-8 decoded with replacement, universal newlines (a CR ends a line too); a line it cannot parse
-is logged as `{"unparsed": LINE}` and otherwise ignored.
+is logged as `{"unparsed": LINE}` and otherwise ignored. Over HTTP it decodes bodies with
+replacement too, as `express.json()` does.
 Tools:
 - `record {label}`: counts executions; answers `{"label", "executions"}` as text.
 - `slow {label, ms}`: the same after sleeping `ms` milliseconds (on a thread, so the server
@@ -178,7 +179,7 @@ def serve_http(port: int) -> None:
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", 0)))
-            message = json.loads(body)
+            message = json.loads(body.decode("utf-8", "replace"))  # as express.json() reads
             if isinstance(message, list):  # a 2025-03-26 batch: one JSON array of answers
                 self.batch(message)
                 return
