@@ -231,7 +231,9 @@ class KeyedCalls:
         if not outcome.replayed and first:
             self._learn_stamp(first[0], modern)
             return {"jsonrpc": "2.0", "id": rid, "result": first[0]}
-        mark = result.pop(ERA_MARK, None)  # decoded from the store: ours to change
+        if not outcome.replayed:  # another call's execution, shared: not ours to change
+            result = dict(result)
+        mark = result.pop(ERA_MARK, None)  # a replay was decoded from the store: ours
         recorded_modern = ("resultType" in result) if mark is None else mark != LEGACY
         if recorded_modern != modern:
             result = self._envelope(result, modern)
