@@ -9,11 +9,13 @@ upstream undeduplicated: a retried batch would run it twice. So a batch that hol
 - every other entry is forwarded upstream **on its own** (as a single message, ids preserved),
   which every protocol revision accepts, also an upstream that never supported batches;
 - a cancellation of a keyed call in flight is dropped, as on its own;
-- an entry that is not a JSON object is answered `-32600 Invalid Request` (JSON-RPC 2.0);
+- an entry that is not a JSON object is answered `-32600 Invalid Request` (JSON-RPC 2.0), and
+  an entry the proxy refuses on its own (`ingress.refusal`) gets that refusal;
 - the client gets one batch response: an array holding the response to every request of the
   batch, in the batch's order, ids preserved; notifications get none (JSON-RPC's batch rules).
 
-A batch that needs nothing from the proxy is relayed unchanged, as any other message.
+A batch that needs nothing from the proxy is relayed unchanged, as any other message. One with a
+nested batch or an entry the proxy refuses is split too: the upstream never sees them.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
+from .ingress import error_response, refusal
 from .keyed import is_keyed
 
-__all__ = ["INVALID_REQUEST", "Batch", "Kind", "cancel_target", "kind", "needs_split"]
+__all__ = ["INVALID_REQUEST", "Batch", "Kind", "cancel_target", "invalid", "kind", "needs_split"]
 
 INVALID_REQUEST = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}}'
-"""JSON-RPC 2.0's answer to a batch entry that is not a request object."""
+"""JSON-RPC 2.0's answer to a batch entry that is not a request object (`invalid` adds
+`error.data.type`)."""
 
 
 class Kind(enum.Enum):
@@ -38,11 +42,11 @@ class Kind(enum.Enum):
     NOTICE = "notice"
     """A notification, or a response to a server request: forwarded, nothing comes back."""
     INVALID = "invalid"
-    """Not a JSON object: answered by the proxy, not forwarded."""
+    """Not a JSON object, or refused (`ingress.refusal`): answered by the proxy (`invalid`)."""
 
 
 def kind(entry: Any) -> Kind:
-    if not isinstance(entry, dict):
+    if not isinstance(entry, dict) or refusal(entry) is not None:
         return Kind.INVALID
     if is_keyed(entry):
         return Kind.KEYED
@@ -59,11 +63,26 @@ def cancel_target(entry: Any) -> Any:
     return params.get("requestId") if isinstance(params, dict) else None
 
 
-def needs_split(entries: list[Any], keyed_in_flight: Callable[[Any], bool]) -> bool:
-    """Whether the proxy must act on this batch: a keyed call in it, or a cancellation of a
-    keyed call in flight. Any other batch is relayed unchanged."""
+def invalid(entry: Any) -> dict[str, Any]:
+    """The proxy's answer to an entry of `Kind.INVALID`."""
+    refused = refusal(entry)
+    return refused if refused is not None else error_response(None, -32600, "Invalid Request")
+
+
+def needs_split(
+    entries: list[Any],
+    keyed_in_flight: Callable[[Any], bool],
+    rewrite: Callable[[Any], bool] | None = None,
+) -> bool:
+    """Whether the proxy must act on this batch: a keyed call in it, an entry it refuses (a
+    nested batch too), a cancellation of a keyed call in flight, or an entry `rewrite` picks
+    (on stdio: an id the proxy must alias). Any other batch is relayed unchanged."""
     for entry in entries:
-        if isinstance(entry, dict) and is_keyed(entry):
+        if isinstance(entry, list):
+            return True
+        if isinstance(entry, dict) and (is_keyed(entry) or refusal(entry) is not None):
+            return True
+        if rewrite is not None and rewrite(entry):
             return True
         target = cancel_target(entry)
         if target is not None and keyed_in_flight(target):

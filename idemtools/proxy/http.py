@@ -43,12 +43,13 @@ from ..errors import RefusedError, UnauthorizedError
 from ..policy import Registry
 from ..stores import from_url
 from .auth import JwtVerifier, caller_refusal, http_context
-from .batch import INVALID_REQUEST, Kind, cancel_target, kind, needs_split
+from .batch import Kind, cancel_target, invalid, kind, needs_split
 from .config import ProxyConfig
 from .confirm import CredentialConfirmer, confirming
 from .encoding import Corrupt, TooLarge, Unsupported, inflate
 from .faults import UpstreamLost, unavailable_error
 from .guard import HostGuard, loopback_guard
+from .ingress import Refused, admit
 from .keyed import KeyedCalls, ToolCatalog, Upstream, advertise, is_keyed, response
 from .scope import scope_name
 
@@ -110,27 +111,6 @@ def _loads(data: bytes) -> Any:
             return json.loads(data)
         except ValueError:
             return None
-
-
-def _parse(data: bytes) -> Any:
-    """The JSON value of a request body; ValueError when it is not JSON, or when an object has
-    a member twice (parsers disagree on which one counts: the upstream's might see a key the
-    proxy did not). Without `tools` or an escape the body cannot name `tools/call`, so the
-    slower check for duplicates is skipped."""
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        value = json.loads(data)
-    if b"tools" in data or b"\\" in data:
-        json.loads(data, object_pairs_hook=_unique)
-    return value
-
-
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    members = dict(pairs)
-    if len(members) != len(pairs):
-        raise ValueError("an object has a member twice")
-    return members
 
 
 def _events(buffer: bytearray) -> list[bytes]:
@@ -403,11 +383,9 @@ class HttpProxy:
             await _refuse(send, 400, -32600, "this request carries no body", "unexpected_body")
             return
         if scope["method"] == "POST":
-            try:
-                message_in = _parse(bytes(body))
-            except ValueError:
-                # What the proxy cannot read is never relayed: it may be a keyed call.
-                await _refuse(send, 400, -32700, "Parse error", "parse_error")
+            message_in = admit(bytes(body))
+            if isinstance(message_in, Refused):  # what it cannot parse or check: never relayed
+                await _whole(send, 400, b"application/json", _dumps(message_in.response))
                 return
         if await self._forbidden(message_in, headers, send):
             return
@@ -633,7 +611,7 @@ class HttpProxy:
                 slots.append(asyncio.ensure_future(_forward(upstream, entry)))
             elif what is Kind.INVALID:
                 done: asyncio.Future[Any] = loop.create_future()
-                done.set_result((orjson.loads(INVALID_REQUEST), None))
+                done.set_result((invalid(entry), None))
                 slots.append(done)
             else:
                 target = cancel_target(entry)

@@ -4,14 +4,20 @@
 that validates its params strictly is not confused. What comes back is the outcome, recorded
 and replayed as the library records a handler's: a result (`isError` too), a JSON-RPC error,
 or, when the answer is lost for good, `idempotency_outcome_unknown` (see `faults`). Two answers
-are not recorded, because nothing ran: a call that never left the proxy, and a call to a tool
-the upstream does not list ("unknown tool"), so a rolling deploy that adds the tool does not
-replay the refusal for a retention window.
+are not recorded, because nothing ran: a call that never left the proxy, and an "unknown tool"
+refusal (told by the upstream's answer, see `unknown`), so a rolling deploy that adds the tool
+does not replay the refusal for a retention window.
+
+A replay in the protocol era its record was made in is the recorded answer, equal as a JSON
+value apart from the id; only a replay into the other era is re-enveloped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -21,6 +27,8 @@ from ..policy import Policy
 from ..scopes import CallContext
 from .config import ProxyConfig
 from .faults import UpstreamLost, not_sent, outcome_unknown
+from .ingress import refusal
+from .unknown import Verdict, verdict
 
 __all__ = ["KEY", "KeyedCalls", "ToolCatalog", "Upstream", "advertise", "is_keyed"]
 
@@ -29,7 +37,17 @@ log = logging.getLogger("idemtools.proxy")
 KEY = "idempotencyKey"
 PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
 SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
+LEGACY = "2025-11-25"
+ERA_MARK = "io.idemtools/recordedEra"
+"""Kept in a record only when its era cannot be read from it (a 2026-07-28 answer without
+`resultType`, a 2025-11-25 one with it); removed from every answer."""
 _LIST_PAGE_CAP = 100
+MISS_TTL = 30.0
+"""Seconds a name the upstream's listing lacked is remembered as unlisted."""
+MAX_MISSES = 1024
+"""Names remembered as unlisted at most: a client can invent names."""
+MIN_REFRESH = 1.0
+"""A listing younger than this is not read again for a name it lacks."""
 
 
 class Upstream(Protocol):
@@ -75,29 +93,52 @@ def advertise(message: dict[str, Any]) -> bool:
 
 
 class ToolCatalog:
-    """The upstream's tool names, from its own `tools/list`, to tell "unknown tool" (nothing
-    ran: answered, not recorded) from a tool's error (recorded).
+    """The upstream's tool names, from its own `tools/list`: asked only when the upstream's
+    answer is ambiguous (see `unknown`), to tell "unknown tool" from a tool's error.
 
     Read when first needed, kept until the upstream sends `notifications/tools/list_changed`,
-    and read again when a name is not in it (the tool may have been added since). Any doubt
-    (the listing fails, is cut off) counts as known, so the answer is recorded: a second
-    execution is worse than a refusal replayed.
+    and read again (at most once per MIN_REFRESH) for a name not in it (the tool may have
+    been added since). A name it lacks is remembered for MISS_TTL seconds (at most MAX_MISSES
+    names, the oldest forgotten first), so retries of an unlisted name do not read it again.
+    Any doubt (the listing fails, is cut off) counts as known, so the answer is recorded: a
+    second execution is worse than a refusal replayed.
     """
 
     def __init__(self) -> None:
         self._names: frozenset[str] | None = None
+        self._read_at = 0.0
+        self._misses: OrderedDict[str, float] = OrderedDict()
+        self._lock = asyncio.Lock()
 
     def changed(self) -> None:
         self._names = None
+        self._misses.clear()
+
+    def lists(self, name: str) -> bool:
+        """Whether the listing at hand (none read: no) has `name`; reads nothing."""
+        return self._names is not None and name in self._names
 
     async def unknown(self, name: str, upstream: Upstream, meta: Any) -> bool:
-        if self._names is not None and name in self._names:
+        if self.lists(name):
             return False
-        names = await self._read(upstream, meta)
-        if names is None:
+        now = time.monotonic()
+        expiry = self._misses.get(name)
+        if expiry is not None and expiry > now:
+            return True
+        async with self._lock:  # callers at once share one reading
+            fresh = self._names is not None and time.monotonic() - self._read_at < MIN_REFRESH
+            if not fresh:
+                names = await self._read(upstream, meta)
+                if names is None:
+                    return False
+                self._names, self._read_at = names, time.monotonic()
+        if self.lists(name):
             return False
-        self._names = names
-        return name not in names
+        self._misses[name] = time.monotonic() + MISS_TTL
+        self._misses.move_to_end(name)
+        while len(self._misses) > MAX_MISSES:
+            self._misses.popitem(last=False)
+        return True
 
     async def _read(self, upstream: Upstream, meta: Any) -> frozenset[str] | None:
         names: set[str] = set()
@@ -140,13 +181,15 @@ class KeyedCalls:
         self, message: Mapping[str, Any], context: CallContext, upstream: Upstream
     ) -> dict[str, Any]:
         """The response message for the client (its own `id`), for a message `is_keyed`."""
+        refused = refusal(message)
+        if refused is not None:  # the transports refuse these first: never forwarded
+            return refused
         params: dict[str, Any] = message["params"]
-        name = params.get("name")
+        name: str = params["name"]
         arguments = params.get("arguments")
         rid = message["id"]
-        if not isinstance(name, str) or not (isinstance(arguments, dict) or arguments is None):
-            # Malformed params: the upstream refuses them as it always does; nothing to record.
-            return _with_id(await upstream.request("tools/call", params, timeout=None), rid)
+        modern = _modern(params)
+        first: list[dict[str, Any]] = []  # the upstream's answer, as the client gets it
         policy = self._policies.get(name)
         if policy is None:
             policy = self._policies[name] = self.config.policy_for(name)
@@ -171,21 +214,30 @@ class KeyedCalls:
                     name,
                 )
                 return outcome_unknown(str(key), "no answer within the tool's max_runtime")
-            return await self._outcome(reply, name, params, upstream)
+            outcome = await self._outcome(reply, name, params, upstream)
+            result = outcome.result
+            if result is not None:
+                first.append(result)
+                if modern != ("resultType" in result):  # the era cannot be read from it
+                    era = _era(params)
+                    return Outcome(result={**result, ERA_MARK: era}, final=outcome.final)
+            return outcome
 
         call = ToolCall(name=name, arguments=arguments, key=key, context=context, policy=policy)
         outcome = await self.engine.handle(call, run)
-        if outcome.result is not None:
-            modern = _modern(params)
-            if not outcome.replayed:
-                self._learn_stamp(outcome.result, modern)
-            else:
-                return {
-                    "jsonrpc": "2.0",
-                    "id": rid,
-                    "result": self._envelope(outcome.result, modern),
-                }
-        return response(rid, outcome)
+        result = outcome.result
+        if result is None:
+            return response(rid, outcome)
+        if not outcome.replayed and first:
+            self._learn_stamp(first[0], modern)
+            return {"jsonrpc": "2.0", "id": rid, "result": first[0]}
+        if not outcome.replayed:  # another call's execution, shared: not ours to change
+            result = dict(result)
+        mark = result.pop(ERA_MARK, None)  # a replay was decoded from the store: ours
+        recorded_modern = ("resultType" in result) if mark is None else mark != LEGACY
+        if recorded_modern != modern:
+            result = self._envelope(result, modern)
+        return {"jsonrpc": "2.0", "id": rid, "result": result}
 
     def _learn_stamp(self, result: Mapping[str, Any], modern: bool) -> None:
         meta = result.get("_meta")
@@ -193,9 +245,9 @@ class KeyedCalls:
             self.server_info = meta[SERVER_INFO_META_KEY]
 
     def _envelope(self, result: dict[str, Any], modern: bool) -> dict[str, Any]:
-        """Fit a replayed result to the era of the request replaying it, as the library does:
-        `resultType` and the `serverInfo` stamp exist only in 2026-07-28. A replay in the era
-        it was recorded in is unchanged. `result` was just decoded from the store: ours."""
+        """Fit a result recorded in the other era to the era of the request replaying it, as
+        the library does: `resultType` and the `serverInfo` stamp exist only in 2026-07-28.
+        `result` was just decoded from the store: ours."""
         meta = result.get("_meta")
         if modern:
             result.setdefault("resultType", "complete")
@@ -217,16 +269,32 @@ class KeyedCalls:
         self, reply: Mapping[str, Any], name: str, params: Mapping[str, Any], upstream: Upstream
     ) -> Outcome:
         error = reply.get("error")
-        if isinstance(error, dict):
-            unknown = await self.catalog.unknown(name, upstream, params.get("_meta"))
-            return Outcome(error=error, final=not unknown)
         result = reply.get("result")
-        if not isinstance(result, dict):
-            return outcome_unknown(str(params.get(KEY)), "the upstream's answer was malformed")
-        final = result.get("resultType", "complete") != "input_required"
-        if final and result.get("isError") is True:
-            final = not await self.catalog.unknown(name, upstream, params.get("_meta"))
-        return Outcome(result=result, final=final)
+        if not isinstance(error, dict):
+            if not isinstance(result, dict):
+                return outcome_unknown(str(params.get(KEY)), "the upstream's answer was malformed")
+            if result.get("resultType", "complete") == "input_required":
+                return Outcome(result=result, final=False)
+        seen = verdict(name, reply)
+        if seen is Verdict.UNKNOWN:
+            # An SDK's own refusal: nothing ran. A listing at hand that has the name says
+            # the tool's handler wrote it, so it is recorded.
+            ran = self.catalog.lists(name)
+        elif seen is Verdict.AMBIGUOUS:
+            ran = not await self.catalog.unknown(name, upstream, params.get("_meta"))
+        else:
+            ran = True
+        if isinstance(error, dict):
+            return Outcome(error=error, final=ran)
+        return Outcome(result=result, final=ran)
+
+
+def _era(params: Mapping[str, Any]) -> str:
+    """The request's protocol version: its `_meta` one (2026-07-28 on), else 2025-11-25."""
+    if not _modern(params):
+        return LEGACY
+    version = params["_meta"][PROTOCOL_VERSION_META_KEY]
+    return version if isinstance(version, str) and version != LEGACY else "2026-07-28"
 
 
 def _modern(params: Mapping[str, Any]) -> bool:
@@ -241,7 +309,3 @@ def response(rid: Any, outcome: Outcome) -> dict[str, Any]:
     if outcome.error is not None:
         return {"jsonrpc": "2.0", "id": rid, "error": outcome.error}
     return {"jsonrpc": "2.0", "id": rid, "result": outcome.result}
-
-
-def _with_id(reply: Mapping[str, Any], rid: Any) -> dict[str, Any]:
-    return {**reply, "id": rid}

@@ -1,14 +1,20 @@
 """The stdio relay: the proxy is the host's stdio server, and COMMAND is its child.
 
 Both directions are relayed line by line, as received (the bytes of every message the proxy
-does not need to change are written unchanged, ids included). The proxy changes three things:
+does not need to change are written unchanged, ids included). Every line from the host is
+parsed first: one the proxy cannot parse, or refuses, is answered by the proxy and never
+relayed (see `ingress`). The proxy changes four things:
 
 - the `initialize` / `server/discover` result gains `capabilities.tools.idempotency`;
 - a keyed `tools/call` is decided by the engine; when it runs, the proxy forwards it with an id
   of its own (`idemtools-proxy:N`, so the answer comes back to the engine, never to the
   client), and the client gets the outcome under its own id;
 - a client's `notifications/cancelled` for a keyed call in flight is not forwarded: the
-  execution finishes and is recorded, as in the library, and the retry gets the replay.
+  execution finishes and is recorded, as in the library, and the retry gets the replay;
+- a client request whose id is in the proxy's own namespace (a string starting with
+  `idemtools-proxy:`) goes upstream under a fresh id of the proxy's and is answered under its
+  own: on the upstream's wire every id in that namespace is one the proxy issued, so no client
+  id can take the answer to a keyed call, and no keyed call the client's.
 
 The child's end is the proxy's end: restarting it would replay `initialize` and lose its
 subscriptions, log level and roots. Keyed calls in flight when it exits are recorded as
@@ -30,7 +36,7 @@ import signal
 import sys
 import threading
 from collections.abc import Coroutine, Sequence
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO, TypeGuard, cast
 
 import orjson
 
@@ -39,9 +45,10 @@ from ..engine.runtime import start_eagerly
 from ..policy import Registry
 from ..scopes import CallContext
 from ..stores import from_url
-from .batch import INVALID_REQUEST, Batch, Kind, cancel_target, kind, needs_split
+from .batch import Batch, Kind, cancel_target, invalid, kind, needs_split
 from .config import ProxyConfig
 from .faults import UpstreamLost, unavailable_error
+from .ingress import Refused, admit
 from .keyed import KeyedCalls, ToolCatalog, advertise, is_keyed
 
 __all__ = ["MAX_LINE", "StdioUpstream", "serve_stdio"]
@@ -56,11 +63,16 @@ _PREFIX_BYTES = ID_PREFIX.encode()
 
 
 def dumps(message: Any) -> bytes:
-    """One JSON line; the standard encoder for what orjson refuses (integers beyond 64 bits)."""
+    """One JSON line; the standard encoder for what orjson refuses (integers beyond 64 bits,
+    lone surrogates, which only an escape can spell in UTF-8)."""
     try:
         return orjson.dumps(message) + b"\n"
     except TypeError:
-        return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+        try:
+            return text.encode() + b"\n"
+        except UnicodeEncodeError:
+            return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 
 
 def _loads(line: bytes) -> Any:
@@ -140,8 +152,19 @@ class StdioUpstream:
         self.stdin = stdin
         self.stdout = stdout
         self._ids = itertools.count(1)
+        self.issued = 0
+        """The proxy's ids so far: `idemtools-proxy:1` to `:issued`, its requests and aliases."""
         self.pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.lost: str | None = None
+
+    def new_id(self) -> str:
+        """A fresh id in the proxy's namespace (for its own requests and for client aliases)."""
+        self.issued = next(self._ids)
+        return f"{ID_PREFIX}{self.issued}"
+
+    def issued_by_proxy(self, rid: str) -> bool:
+        number = rid[len(ID_PREFIX) :]
+        return number.isdigit() and number[0] != "0" and int(number) <= self.issued
 
     def write(self, data: bytes) -> None:
         """Queue one line for the child; raises `UpstreamLost(sent=False)` if it cannot."""
@@ -155,7 +178,7 @@ class StdioUpstream:
     async def request(
         self, method: str, params: dict[str, Any], *, timeout: float | None
     ) -> dict[str, Any]:
-        rid = f"{ID_PREFIX}{next(self._ids)}"
+        rid = self.new_id()
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.pending[rid] = future
         try:
@@ -168,14 +191,17 @@ class StdioUpstream:
             self.pending.pop(rid, None)
 
     def answered(self, message: dict[str, Any]) -> bool:
-        """Route an answer to one of the proxy's own requests; False if it is not one."""
+        """Route an answer to a request of the proxy's own that is still waiting; False if it
+        is not one (the caller routes it on)."""
         rid = message.get("id")
-        if not isinstance(rid, str) or not rid.startswith(ID_PREFIX) or "method" in message:
+        if not isinstance(rid, str) or "method" in message:
             return False
         future = self.pending.get(rid)
-        if future is not None and not future.done():
+        if future is None:
+            return False
+        if not future.done():
             future.set_result(message)
-        return True  # a late answer (after max_runtime) is dropped: its outcome is recorded
+        return True
 
     def lose(self, reason: str) -> None:
         """The child cannot answer any more: every request waiting on it gets `UpstreamLost`."""
@@ -272,16 +298,14 @@ def _read_size(transport: Any) -> None:
         transport.max_size = READ_SIZE
 
 
-def _client_looks(data: bytes) -> bool:
-    # Any \u escape is parsed, so that no spelling of a member name slips past. Spelled out,
-    # not `any()` over a tuple: no generator on every message.
-    return (
-        b"idempotencyKey" in data
-        or b"initialize" in data
-        or b"server/discover" in data
-        or b"cancelled" in data
-        or b"\\u" in data
-    )
+def _every_line(data: bytes) -> bool:
+    # Every line from the host is parsed: what the proxy cannot parse is never relayed.
+    return True
+
+
+def _ours(rid: Any) -> TypeGuard[str]:
+    """An id in the proxy's namespace."""
+    return isinstance(rid, str) and rid.startswith(ID_PREFIX)
 
 
 class StdioProxy:
@@ -300,7 +324,7 @@ class StdioProxy:
         self.catalog = ToolCatalog()
         self.keyed = KeyedCalls(self.engine, config, self.catalog)
         self.advertising: set[tuple[str, Any]] = set()
-        self.batch_waiting: dict[tuple[str, Any], list[tuple[Batch, int, bool]]] = {}
+        self.batch_waiting: dict[tuple[str, Any], list[tuple[Batch, int, bool, Any]]] = {}
         """Ids of requests forwarded from a split batch: their answers go into its response."""
         self.in_flight: dict[tuple[str, Any], asyncio.Task[Any]] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -309,8 +333,13 @@ class StdioProxy:
         self.client_in: asyncio.ReadTransport | None = None
         self.writer: Any = None
         self.client_done = False
+        self.aliases: dict[str, tuple[Any, bool]] = {}
+        """Proxy ids standing in for client ids in the proxy's namespace, to the client's id
+        (and whether its answer is advertised: an `initialize` / `server/discover`)."""
+        self.alias_of: dict[str, str] = {}
+        """The other way: a client id in the proxy's namespace, in flight, to its alias."""
         self.client_lines = _Lines(
-            self._client_message, self._to_upstream, _client_looks, self._client_parse
+            self._client_message, self._to_upstream, _every_line, self._client_message
         )
         self.upstream_lines = _Lines(
             self._upstream_message, self.write_client, self._upstream_looks, self._upstream_parse
@@ -447,17 +476,23 @@ class StdioProxy:
             self.client_done = True  # the upstream side ends the proxy
 
     def _client_message(self, line: bytes) -> None:
-        # Most messages need nothing from the proxy: those are relayed without being parsed.
-        if not _client_looks(line):
-            self._to_upstream(line)
+        """One line from the host: parsed, then relayed as it came, decided, or answered."""
+        body = line[:-1] if line.endswith(b"\n") else line
+        if body.endswith(b"\r"):
+            body = body[:-1]
+        if not body.strip(b" \t\r"):
+            self._to_upstream(line)  # a blank line carries no message
             return
-        self._client_parse(line)
-
-    def _client_parse(self, line: bytes) -> None:
-        """A line with a marker the proxy acts on (see `_client_looks`)."""
-        message = _loads(line)
+        message = admit(body)
+        if isinstance(message, Refused):
+            self.write_client(dumps(message.response))
+            return
+        if b"\r" in body:
+            # A CR is JSON whitespace, and a line end to upstreams that read universal newlines
+            # (the Python SDK): the same value, re-serialized, is one line to every reader.
+            line = dumps(message)
         if isinstance(message, list) and message:
-            if needs_split(message, lambda target: _id_key(target) in self.in_flight):
+            if needs_split(message, self._keyed_in_flight, self._must_rewrite):
                 self._split(message)
                 return
         elif isinstance(message, dict):
@@ -465,17 +500,53 @@ class StdioProxy:
             if is_keyed(message):
                 self._start_keyed(message)
                 return
+            rid = message.get("id")
+            if method is not None and _ours(rid):
+                self._to_upstream(self._aliased(message))
+                return
             if method in _ADVERTISED:
-                rid = _id_key(message.get("id"))
-                if rid is not None:
-                    self.advertising.add(rid)
+                key = _id_key(rid)
+                if key is not None:
+                    self.advertising.add(key)
             elif method == "notifications/cancelled":
-                params = message.get("params")
-                target = _id_key(params.get("requestId")) if isinstance(params, dict) else None
-                if target is not None and target in self.in_flight:
-                    # The keyed execution goes on and is recorded; the retry gets the replay.
-                    return
+                forward = self._cancel(message)
+                if forward is not None:
+                    self._to_upstream(line if forward is message else dumps(forward))
+                return
         self._to_upstream(line)
+
+    def _keyed_in_flight(self, target: Any) -> bool:
+        return _id_key(target) in self.in_flight
+
+    def _must_rewrite(self, entry: Any) -> bool:
+        """A batch entry with an id in the proxy's namespace, or a cancellation of one."""
+        if not isinstance(entry, dict):
+            return False
+        return ("method" in entry and _ours(entry.get("id"))) or _ours(cancel_target(entry))
+
+    def _aliased(self, request: dict[str, Any]) -> bytes:
+        """A client request whose id is in the proxy's namespace, under a fresh proxy id."""
+        alias = self.upstream.new_id()
+        self.aliases[alias] = (request["id"], request.get("method") in _ADVERTISED)
+        self.alias_of[request["id"]] = alias
+        return dumps({**request, "id": alias})
+
+    def _cancel(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        """What to forward for a client's `notifications/cancelled` (None: nothing).
+
+        A keyed call in flight is not cancelled: it goes on and is recorded, and the retry
+        gets the replay. A request of the client's that went upstream under an alias is
+        cancelled under that alias; any other id in the proxy's namespace is not the client's
+        to cancel."""
+        target = cancel_target(message)
+        if _id_key(target) in self.in_flight:
+            return None
+        if not _ours(target):
+            return message
+        alias = self.alias_of.get(target)
+        if alias is None:
+            return None
+        return {**message, "params": {**message["params"], "requestId": alias}}
 
     def _split(self, entries: list[Any]) -> None:
         """A batch holding a keyed call: keyed entries through the engine, the rest forwarded
@@ -487,22 +558,26 @@ class StdioProxy:
                 index = batch.slot()
                 self._start_keyed(entry, lambda data, i=index: batch.fill(i, data[:-1]))
             elif what is Kind.INVALID:
-                batch.fill(batch.slot(), INVALID_REQUEST)
+                batch.fill(batch.slot(), dumps(invalid(entry))[:-1])
             elif what is Kind.REQUEST and (rid := _id_key(entry["id"])) is not None:
                 index = batch.slot()
+                original = entry["id"]
+                if _ours(original):  # as on its own: upstream under an alias
+                    entry = {**entry, "id": self.upstream.new_id()}
+                    rid = (str.__name__, entry["id"])
                 try:
                     self.upstream.write(dumps(entry))
                 except UpstreamLost as exc:  # never sent: nothing ran
                     error = unavailable_error(exc.reason)
-                    batch.fill(index, dumps({"jsonrpc": "2.0", "id": rid[1], "error": error})[:-1])
+                    answer = {"jsonrpc": "2.0", "id": original, "error": error}
+                    batch.fill(index, dumps(answer)[:-1])
                     continue
                 waiting = self.batch_waiting.setdefault(rid, [])
-                waiting.append((batch, index, entry.get("method") in _ADVERTISED))
+                waiting.append((batch, index, entry.get("method") in _ADVERTISED, original))
             else:
-                target = cancel_target(entry)
-                if target is not None and _id_key(target) in self.in_flight:
-                    continue  # as on its own: the keyed execution goes on and is recorded
-                self._to_upstream(dumps(entry))
+                forward = self._cancel(entry) if cancel_target(entry) is not None else entry
+                if forward is not None:  # as on its own
+                    self._to_upstream(dumps(forward))
         batch.seal()
 
     def _start_keyed(self, message: dict[str, Any], deliver: Any = None) -> None:
@@ -574,10 +649,11 @@ class StdioProxy:
         self.upstream_lines.rest()
         self.upstream.lose("the upstream server exited or closed its stdout")
         waiting, self.batch_waiting = self.batch_waiting, {}
-        for rid, slots in waiting.items():  # unkeyed entries of split batches: never answered
-            for batch, index, _ in slots:
+        for slots in waiting.values():  # unkeyed entries of split batches: never answered
+            for batch, index, _, original in slots:
                 error = unavailable_error("the upstream exited before answering")
-                batch.fill(index, dumps({"jsonrpc": "2.0", "id": rid[1], "error": error})[:-1])
+                answer = {"jsonrpc": "2.0", "id": original, "error": error}
+                batch.fill(index, dumps(answer)[:-1])
         self.stop("the upstream exited")
 
     def _upstream_message(self, line: bytes) -> None:
@@ -593,6 +669,18 @@ class StdioProxy:
                 return
             if "method" not in message and self.batch_waiting and self._batch_answer(message, line):
                 return
+            rid = message.get("id")
+            if "method" not in message and _ours(rid):
+                if rid in self.aliases:  # a client request sent under an alias: its own id back
+                    original, advertised = self.aliases.pop(rid)
+                    self.alias_of.pop(original, None)
+                    message["id"] = original
+                    if advertised:
+                        advertise(message)
+                    self.write_client(dumps(message))
+                    return
+                if self.upstream.issued_by_proxy(rid):
+                    return  # a late answer (after max_runtime): its outcome is recorded
             if message.get("method") == "notifications/tools/list_changed":
                 self.catalog.changed()
             elif "method" not in message and self.advertising:
@@ -609,9 +697,12 @@ class StdioProxy:
         waiting = self.batch_waiting.get(rid) if rid is not None else None
         if not waiting or rid is None:
             return False
-        batch, index, advertised = waiting.pop(0)
+        batch, index, advertised, original = waiting.pop(0)
         if not waiting:
             del self.batch_waiting[rid]
+        if original != message.get("id") or type(original) is not type(message.get("id")):
+            message["id"] = original
+            line = dumps(message)
         if advertised and advertise(message):
             line = dumps(message)
         batch.fill(index, line.rstrip(b"\r\n"))

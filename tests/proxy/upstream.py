@@ -9,7 +9,10 @@ request, gets HTTP 401: a token is revoked by removing its line).
 A batch (a JSON array, MCP 2025-03-26) is taken entry by entry and logged as `{"batch": N}`
 before its entries; on stdio each entry is answered on its own, over HTTP in one JSON array.
 Every message it receives is appended to LOG as one JSON line (so a test can count executions
-across processes and see exactly what was forwarded).
+across processes and see exactly what was forwarded). On stdio it reads as the Python SDK does:
+UTF-8 decoded with replacement, universal newlines (a CR ends a line too); a line it cannot parse
+is logged as `{"unparsed": LINE}` and otherwise ignored. Over HTTP it decodes bodies with
+replacement too, as `express.json()` does.
 Tools:
 - `record {label}`: counts executions; answers `{"label", "executions"}` as text.
 - `slow {label, ms}`: the same after sleeping `ms` milliseconds (on a thread, so the server
@@ -17,12 +20,19 @@ Tools:
 - `fail {label}`: a JSON-RPC error with data (the tool's own error: recorded and replayed).
 - `die {label}`: counts, then the process exits at once (exit status 3), answering nothing.
 - `sample {label}`: asks the client for `sampling/createMessage`, answers with its reply.
+- `hidden {label}`: callable but not in tools/list (an admin tool); counts, then answers its
+  own JSON-RPC error (code 1002).
 Anything else in tools/call: JSON-RPC error -32602 "Unknown tool" (and not in tools/list).
 `resources/list`, `prompts/get`, `ping` answer fixed values; `notifications/*` are only logged.
+Both protocol eras: `server/discover` answers as a 2026-07-28 server, and a request with
+`_meta["io.modelcontextprotocol/protocolVersion"]` is answered in that era, as the independent
+TypeScript 2026-07-28 servers answer: no `resultType`, and the `serverInfo` stamp in `_meta` only
+when the call's arguments say `stamp: true`.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -70,10 +80,20 @@ def text(label: str, executions: int) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": body}], "isError": False}
 
 
+VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+STAMP_KEY = "io.modelcontextprotocol/serverInfo"
+SERVER_INFO = {"name": "raw-upstream", "version": "1.0"}
+
+
 def call(rid: Any, params: dict[str, Any]) -> None:
     name = params.get("name")
     args = params.get("arguments") or {}
     label = str(args.get("label"))
+    if name == "hidden":
+        count(label)
+        error = {"code": 1002, "message": f"hidden {label} failed"}
+        send({"jsonrpc": "2.0", "id": rid, "error": error})
+        return
     if name not in {t["name"] for t in TOOLS}:
         send(
             {
@@ -136,7 +156,10 @@ def call(rid: Any, params: dict[str, Any]) -> None:
             }
         )
         return
-    send({"jsonrpc": "2.0", "id": rid, "result": text(label, executions)})
+    result = text(label, executions)
+    if VERSION_KEY in (params.get("_meta") or {}) and args.get("stamp") is True:
+        result["_meta"] = {STAMP_KEY: SERVER_INFO}
+    send({"jsonrpc": "2.0", "id": rid, "result": result})
 
 
 def authorized(authorization: str) -> bool:
@@ -156,7 +179,7 @@ def serve_http(port: int) -> None:
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", 0)))
-            message = json.loads(body)
+            message = json.loads(body.decode("utf-8", "replace"))  # as express.json() reads
             if isinstance(message, list):  # a 2025-03-26 batch: one JSON array of answers
                 self.batch(message)
                 return
@@ -232,10 +255,15 @@ def main() -> None:
     if "--http" in sys.argv:
         serve_http(int(sys.argv[sys.argv.index("--http") + 1]))
         return
-    for line in sys.stdin:
+    stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    for line in stdin:
         if not line.strip():
             continue
-        parsed = json.loads(line)
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            log({"unparsed": line})
+            continue
         if isinstance(parsed, list):  # a 2025-03-26 batch: each entry taken as if alone
             log({"batch": len(parsed)})
             for entry in parsed:
@@ -270,6 +298,12 @@ def dispatch(message: dict[str, Any]) -> None:
             "capabilities": {"tools": {"listChanged": True}, "resources": {}, "prompts": {}},
             "serverInfo": {"name": "raw-upstream", "version": "1.0"},
             "instructions": "caf\u00e9 \u2603 1.0e3",
+        }
+    elif method == "server/discover":
+        result = {
+            "supportedVersions": ["2026-07-28"],
+            "capabilities": {"tools": {"listChanged": True}},
+            "serverInfo": SERVER_INFO,
         }
     elif method == "tools/list":
         result = {"tools": TOOLS}
