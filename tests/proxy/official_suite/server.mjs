@@ -59,11 +59,22 @@ const TOOLS = [
       type: 'object',
       $defs: {
         address: {
+          $anchor: 'addressDef',
           type: 'object',
           properties: { street: { type: 'string' }, city: { type: 'string' } }
         }
       },
-      properties: { name: { type: 'string' }, address: { $ref: '#/$defs/address' } },
+      properties: {
+        name: { type: 'string' },
+        address: { $ref: '#/$defs/address' },
+        contactMethod: { type: 'string', enum: ['phone', 'email'] },
+        phone: { type: 'string' },
+        email: { type: 'string' }
+      },
+      allOf: [{ anyOf: [{ required: ['phone'] }, { required: ['email'] }] }],
+      if: { properties: { contactMethod: { const: 'phone' } }, required: ['contactMethod'] },
+      then: { required: ['phone'] },
+      else: { required: ['email'] },
       additionalProperties: false
     }
   ]
