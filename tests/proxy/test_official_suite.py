@@ -1,7 +1,8 @@
 """The official MCP conformance suite (npm `@modelcontextprotocol/conformance`, pinned in
-official_suite/package-lock.json), every server scenario, direct and through `idemtools proxy`
-over Streamable HTTP: each check must end the same way both times. A check that passes direct
-and fails through the proxy is a protection or a behaviour of the upstream the proxy removes.
+official_suite/package-lock.json), its server scenarios (see RUNS), direct and through
+`idemtools proxy` over Streamable HTTP: each check must end the same way both times. A check
+that passes direct and fails through the proxy is a protection or a behaviour of the upstream
+the proxy removes.
 
 The upstream is official_suite/server.mjs, an everything server on the TypeScript SDK that
 implements what the scenarios' descriptions ask for. The suite has no stdio mode; on stdio the
@@ -157,6 +158,7 @@ RUNS = (
 def _run_suite(node: Node, url: str, out: Path) -> Table:
     """Every scenario of RUNS against url: each check's id and status, by scenario."""
     for run in RUNS:
+        before = len(list(out.glob("*/checks.json")))
         done = subprocess.run(
             [node.node, str(CLI), "server", *run, "--url", url, "--output-dir", str(out)],
             env=node.env,
@@ -164,7 +166,7 @@ def _run_suite(node: Node, url: str, out: Path) -> Table:
             text=True,
             timeout=240,
         )
-        if not any(out.glob("*/checks.json")):
+        if len(list(out.glob("*/checks.json"))) == before:
             raise AssertionError(
                 f"{run}: no results (exit {done.returncode}): {done.stdout[-1500:]}"
             )
