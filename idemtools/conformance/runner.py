@@ -21,6 +21,7 @@ from .checks import SCENARIOS, Context, OpenError, Outcome, Outcomes, Scenario, 
 from .contract import FIXTURE_TOOLS
 from .probe import Fixtures, probe
 from .report import Baseline, Report
+from .unfixtured import OMITTABLE
 from .wire import (
     DEFAULT_MAX_MESSAGE,
     LEGACY,
@@ -255,7 +256,7 @@ async def _run_era(
             if stop is not None:
                 outcomes = dict.fromkeys(scenario.checks, ("skip", f"{_NOT_RUN}{stop}"))
             elif gated is not None:
-                outcomes = dict.fromkeys(scenario.checks, gated)
+                outcomes = await _dry(scenario, ctx, gated)
             else:
                 try:
                     outcomes = await _scenario(scenario.run, ctx, budget)
@@ -272,10 +273,53 @@ async def _run_era(
                 except WireError as exc:
                     outcomes = dict.fromkeys(scenario.checks, ("fail", f"wire failure: {exc}"))
             for check_id in scenario.checks:
+                if check_id not in outcomes and scenario.name in OMITTABLE:
+                    continue
                 record(report, ctx, check_id, outcomes[check_id])
     finally:
         await ctx.aclose()
     return stop
+
+
+class _NeedsFixture(WireError):
+    """Raised by the dry wire on the first request: the scenario would have called a tool."""
+
+
+class _DryWire(Wire):
+    """A wire that refuses every request: a scenario that decides without calling anything
+    (it does not apply to this transport) still says so; any other is gated."""
+
+    def __init__(self, real: Wire) -> None:
+        super().__init__(real.era, real.timeout)
+        self.opened = real.opened
+
+    async def _exchange(
+        self, rid: int, method: str, params: dict[str, Any] | None, text: str
+    ) -> dict[str, Any]:
+        raise _NeedsFixture(method)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def _dry(scenario: Scenario, ctx: Context, gated: Outcome) -> Outcomes:
+    """The outcomes of a scenario whose fixtures are absent or broken: `gated` for every check,
+    unless the scenario decides without a request (a check that cannot apply to this target is
+    a skip whatever the fixtures: only what the transport allows is counted)."""
+    real, ctx.wire = ctx.wire, _DryWire(ctx.wire)
+    try:
+        decided = await scenario.run(ctx)
+    except WireError:
+        decided = {}
+    finally:
+        ctx.wire = real
+    ctx.transcript = []  # a gated check has no exchanges of its own
+    out: Outcomes = {}
+    for check in scenario.checks:
+        outcome = decided.get(check)
+        applies = outcome is None or outcome[0] != "skip" or len(outcome) > 2
+        out[check] = gated if applies else outcome  # type: ignore[assignment]
+    return out
 
 
 async def _scenario(

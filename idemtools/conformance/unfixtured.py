@@ -25,7 +25,7 @@ from .checks import (
 from .contract import RECORD
 from .wire import LEGACY, MODERN, encode
 
-__all__ = ["FIRST", "LAST", "TOOL_OPTION"]
+__all__ = ["FIRST", "LAST", "OMITTABLE", "TOOL_OPTION"]
 
 TOOL_OPTION = "--tool NAME --arguments JSON (a tool that is safe to run twice)"
 _BOTH = frozenset({LEGACY, MODERN})
@@ -34,9 +34,8 @@ _BOTH = frozenset({LEGACY, MODERN})
 async def tool_replay(ctx: Context) -> Outcomes:
     """One keyed call of the operator's tool and its retry: the retry must be the original."""
     checks = ("sep-3182-tool-replay-returns-original", "sep-3182-tool-replay-json-equal")
-    if ctx.fixtures_ok:
-        why = "the fixture tools are there: the replay is judged through them (replay-*)"
-        return dict.fromkeys(checks, ("skip", why))
+    if ctx.fixtures_ok:  # the replay is judged through the fixtures: these are left out
+        return {}
     if ctx.named_tool is None:
         why = "no fixture tools, and no tool named to call twice under one key"
         return dict.fromkeys(checks, ("skip", why, {"enable": TOOL_OPTION}))
@@ -76,7 +75,8 @@ def _refused(reply: Reply, ran: int | None, sent: str) -> Outcome:
     if reply.error is not None and not ran:
         kind = reply.error_type()
         how = f"data.type {kind}" if kind else "no data.type"
-        return ("pass", f"sent {sent}: refused with a JSON-RPC error ({how}), nothing ran")
+        counted = "nothing ran" if ran == 0 else "the kit cannot count this tool's executions"
+        return ("pass", f"sent {sent}: refused with a JSON-RPC error ({how}); {counted}")
     seen = reply.show()
     if ran:
         return ("fail", f"sent {sent}: the call ran ({ran} execution) and answered {seen}")
@@ -116,3 +116,6 @@ FIRST: tuple[Scenario, ...] = (
     _scenario(key_not_a_string, "sep-3182-malformed-key-refused"),
 )
 LAST: tuple[Scenario, ...] = (_scenario(error_object, "mcp-base-error-object"),)
+# Scenarios whose checks are left out of a report where they do not concern the target (the
+# named-tool replay, where the fixtures judge the same sentence); every other check is decided.
+OMITTABLE = frozenset({"tool_replay"})
