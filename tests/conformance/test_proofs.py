@@ -176,8 +176,10 @@ def test_example_server_without_install_fails_the_musts_it_should(tmp_path: Path
 #                                                       gets the duplicate's result)
 # Key order, whitespace and escapes are resolved by parsing plus sort_keys, so those pass; the
 # raw key, `_meta` outside the fingerprint and the recorded error replies pass too.
+# - any JSON value is a key (42 included)            -> malformed-key-refused (SHOULD)
 PROTOTYPE = s(
     "capability-initialize",
+    "malformed-key-refused",
     "in-progress-no-second-execution",
     "in-progress-original-replayed",
     "in-progress-rejected-immediately",

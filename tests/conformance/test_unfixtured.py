@@ -65,6 +65,12 @@ def test_a_plain_python_server_is_judged_on_what_needs_no_fixture(tmp_path: Path
     assert kit.code == 1, kit.out + kit.err
     assert kit.ids("fail") <= {"sep-3182-capability-initialize"}, kit.out
     assert kit.check("sep-3182-capability-initialize")["status"] == "fail"
+    # The failure says what was sent, what came back and the sentence it breaks.
+    lines = kit.out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("FAIL "))
+    assert lines[at + 1].startswith("    sent: initialize")
+    assert lines[at + 2].startswith("    got:  ") and '"capabilities"' in lines[at + 2]
+    assert lines[at + 3] == "    rule: " + kit.check("sep-3182-capability-initialize")["text"]
     assert kit.check("sep-3182-duplicate-not-executed")["status"] == "blocked"
     assert "--tool NAME" in kit.check("sep-3182-tool-replay-returns-original")["enable"]
 
