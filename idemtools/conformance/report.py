@@ -297,6 +297,15 @@ class Report:
                 out.append(str(r.enable))
         return out
 
+    def not_applicable_must(self) -> list[str]:
+        """MUST checks that cannot apply to this target, or that a choice the SEP allows left
+        nothing to check (a skip nothing would run): never counted as not run."""
+        seen: list[str] = []
+        for r in self.results:
+            if r.status == "skip" and r.enable is None and r.level == "MUST" and r.id not in seen:
+                seen.append(r.id)
+        return seen
+
     def fixture_errors(self) -> list[str]:
         return sorted({r.id for r in self.results if r.status == "fixture-error"})
 
@@ -342,6 +351,7 @@ class Report:
             "stale_baseline": self.stale(),
             "skipped_must": self.skipped_must(),
             "skipped_must_enable": self.enablers(),
+            "not_applicable_must": self.not_applicable_must(),
             "fixture_error_checks": self.fixture_errors(),
             "incomplete": self.incomplete(),
             "notes": list(self.notes),
@@ -405,6 +415,11 @@ class Report:
             out.append(
                 "stale baseline entries (they pass now; remove them): "
                 + ", ".join(s["stale_baseline"])
+            )
+        if s["not_applicable_must"]:
+            out.append(
+                "MUST checks that cannot apply here (not counted as not run): "
+                + ", ".join(s["not_applicable_must"])
             )
         skipped = s["skipped_must"]
         if skipped:

@@ -155,3 +155,7 @@ async def test_shared_store_does_not_apply_to_one_stdio_process() -> None:
     (result,) = report.results
     assert result.status == "skip" and result.enable is None
     assert report.skipped_must() == [] and not report.incomplete()
+    assert report.not_applicable_must() == ["sep-3182-shared-store"]
+    assert "cannot apply here (not counted as not run): sep-3182-shared-store" in "\n".join(
+        report.lines()
+    )
