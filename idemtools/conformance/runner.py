@@ -219,6 +219,9 @@ async def run(options: Options) -> Report:
 
 
 _NOT_RUN = "did not run: "
+# A check a stopped run did not reach did not run, and would in a run that is not cut short:
+# never "cannot apply here".
+_RUN_AGAIN = {"enable": "a run that is not cut short (see why this one stopped)"}
 
 
 async def _run_era(
@@ -254,7 +257,7 @@ async def _run_era(
             outcomes: Outcomes
             gated = _gate(scenario, fixtures)
             if stop is not None:
-                outcomes = dict.fromkeys(scenario.checks, ("skip", f"{_NOT_RUN}{stop}"))
+                outcomes = dict.fromkeys(scenario.checks, ("skip", f"{_NOT_RUN}{stop}", _RUN_AGAIN))
             elif gated is not None:
                 outcomes = await _dry(scenario, ctx, gated)
             else:
@@ -266,7 +269,9 @@ async def _run_era(
                     ) from None
                 except DeadlineReached as exc:
                     stop = str(exc)
-                    outcomes = dict.fromkeys(scenario.checks, ("skip", f"not decided: {exc}"))
+                    outcomes = dict.fromkeys(
+                        scenario.checks, ("skip", f"not decided: {exc}", _RUN_AGAIN)
+                    )
                 except TargetGone as exc:
                     stop = str(exc)
                     outcomes = dict.fromkeys(scenario.checks, ("fail", f"wire failure: {exc}"))

@@ -113,9 +113,11 @@ FIRST: tuple[Scenario, ...] = (
     _scenario(
         tool_replay, "sep-3182-tool-replay-returns-original", "sep-3182-tool-replay-json-equal"
     ),
-    _scenario(key_not_a_string, "sep-3182-malformed-key-refused"),
 )
-LAST: tuple[Scenario, ...] = (_scenario(error_object, "mcp-base-error-object"),)
+LAST: tuple[Scenario, ...] = (
+    _scenario(key_not_a_string, "sep-3182-malformed-key-refused"),
+    _scenario(error_object, "mcp-base-error-object"),
+)
 # Scenarios whose checks are left out of a report where they do not concern the target (the
 # named-tool replay, where the fixtures judge the same sentence); every other check is decided.
 OMITTABLE = frozenset({"tool_replay"})
