@@ -159,3 +159,35 @@ async def test_shared_store_does_not_apply_to_one_stdio_process() -> None:
     assert "cannot apply here (not counted as not run): sep-3182-shared-store" in "\n".join(
         report.lines()
     )
+
+
+json_leaf = st.none() | st.booleans() | st.integers() | st.text(max_size=5)
+results = st.dictionaries(
+    st.sampled_from(["content", "structuredContent", "isError", "resultType", "x"]),
+    json_leaf,
+    max_size=4,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(results, st.sampled_from(sorted(DEFAULTS)))
+def test_the_allowance_is_exactly_a_default_member_present_in_one_only(
+    result: dict[str, Any], member: str
+) -> None:
+    from idemtools.conformance.checks import Reply
+    from idemtools.conformance.defaults import default_differences, without_defaults
+    from idemtools.conformance.jsonvalues import strict_equal
+
+    with_default = {**result, member: DEFAULTS[member]}
+    without = {k: v for k, v in result.items() if k != member}
+    one, two = Reply({"result": with_default}, 0.0), Reply({"result": without}, 0.0)
+    assert one.same_result(two) and two.same_result(one)  # either direction
+    assert default_differences(with_default, without) and default_differences(without, with_default)
+    assert two.default_note(one) is not None
+    # Any other value of that member is another result, and no allowance is claimed.
+    for other in (True, 0, "", None, "incomplete"):
+        if not strict_equal(other, DEFAULTS[member]):
+            changed = Reply({"result": {**result, member: other}}, 0.0)
+            assert not changed.same_result(one)
+            assert not default_differences(with_default, changed.result or {})
+    assert without_defaults(with_default) == without_defaults(without)
