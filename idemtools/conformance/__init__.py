@@ -2,8 +2,11 @@
 
 `idemtools conformance TARGET` speaks raw JSON-RPC (stdio or streamable HTTP) to a server it did
 not build and checks every MUST and SHOULD of SEP-3182 that a client can observe, using four
-fixture tools the server exposes (`contract`; a fifth, `sep3182_throw`, is optional). The kit's
-modules import nothing of idemtools' engine, stores or adapters: a server passes because of what
+fixture tools the server exposes (`contract`; a fifth, `sep3182_throw`, is optional). Against a
+server without them (one its operator did not write) it runs what needs none (`unfixtured`) and
+reports the rest blocked: the run is incomplete, not failed. The report's words (pass, note,
+fail, blocked, skip, fixture-error) are defined once, in `report`. The kit's modules import
+nothing of idemtools' engine, stores or adapters: a server passes because of what
 it answers, never because it runs idemtools. Only `add_fixture_tools`, the server side, imports
 the MCP SDK.
 """
@@ -41,7 +44,7 @@ def add_fixture_tools(server: Any) -> None:
 
     `sep3182_throw` (a JSON-RPC error with data) is added wherever a tool can answer one: not on
     mcp 1.x FastMCP, which turns every exception a tool raises into an `isError` result; there
-    the kit skips the two checks that need it and says so.
+    the kit reports the two checks that need it as blocked and says so.
 
     Ship these tools in test or staging builds, not to production clients: they exist so that a
     black box can count executions.

@@ -6,7 +6,7 @@ as objects, and these functions are defined inside `add`.
 `sep3182_throw` answers a JSON-RPC error, which needs the SDK's own error exception to leave the
 tool: mcp 2.x (MCPServer and the low-level `Server`) and the mcp 1.x low-level `Server` let it
 through; mcp 1.x FastMCP turns every exception a tool raises into an `isError` result, so there
-the fixture is not listed and the kit skips the checks that need it, naming the fixture.
+the fixture is not listed and the kit reports the checks that need it as blocked, naming it.
 """
 
 import inspect
@@ -190,7 +190,7 @@ class _Fastmcp4:
 
     `sep3182_throw` is not listed here: FastMCP 4 turns an MCPError a tool raises into an
     `isError` result (as mcp 1.x FastMCP does), so it could not answer a JSON-RPC error; the kit
-    skips the checks that need it and names the fixture.
+    reports the checks that need it as blocked and names the fixture.
     """
 
     def __init__(self, server: Any) -> None:

@@ -17,12 +17,15 @@ __all__ = ["add_parser", "main"]
 
 EPILOG = """\
 TARGET is a streamable HTTP URL (http://127.0.0.1:8000/mcp) or, after `--`, the command line of
-a stdio server (idemtools conformance -- node server.js). The target must expose the fixture
-tools (docs/conformance.md). Exit status: 0 every MUST check passed (after the baseline), 1 a
-MUST check failed or was blocked, a baseline entry is stale, or (with --require-all) a MUST
-check did not run, 2 the target cannot be reached, serves no requested era, or lacks the
-fixtures. A run that stops early (--deadline passed, or the target went away) prints what it
-decided and exits 1 if a MUST check had failed by then, else 2.
+a stdio server (idemtools conformance -- node server.js). With the fixture tools
+(docs/conformance.md) every check runs; without them (a server you did not write) the checks
+that need none run, the rest are BLOCKED, and the run is incomplete; --tool NAME --arguments
+JSON adds replay equality on a tool of yours. Exit status: 0 every MUST check that ran passed
+(after the baseline), 1 a MUST check failed or was blocked by a failure, a baseline entry is
+stale, or (with --require-all) a MUST check did not run, 2 the target cannot be reached, serves
+no requested era, or a fixture tool breaks the contract. A run that stops early (--deadline
+passed, or the target went away) prints what it decided and exits 1 if a MUST check had failed
+by then, else 2.
 """
 
 
@@ -41,6 +44,16 @@ def _positive(value: str) -> float:
     if not seconds > 0 or seconds == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {value!r}")
     return seconds
+
+
+def _arguments(value: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {value!r}: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {value!r}")
+    return parsed
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -90,6 +103,18 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--require-all",
         action="store_true",
         help="a MUST check that did not run (an option or a fixture missing) fails the run",
+    )
+    parser.add_argument(
+        "--tool",
+        metavar="NAME",
+        help="where the fixture tools are absent: a tool of the target that is safe to run "
+        "twice; the kit calls it with a key and retries once, to judge the replay",
+    )
+    parser.add_argument(
+        "--arguments",
+        type=_arguments,
+        metavar="JSON",
+        help="the arguments for --tool, a JSON object sent exactly as given (default {})",
     )
     parser.add_argument(
         "--retention",
@@ -144,6 +169,9 @@ def main(args: argparse.Namespace) -> int:
     if args.also is not None and not isinstance(target, str):
         print("idemtools conformance: error: --also needs an HTTP TARGET", file=sys.stderr)
         return 2
+    if args.arguments is not None and args.tool is None:
+        print("idemtools conformance: error: --arguments needs --tool NAME", file=sys.stderr)
+        return 2
     if args.slow_ms < 50:
         print("idemtools conformance: error: --slow-ms must be at least 50", file=sys.stderr)
         return 2
@@ -172,6 +200,7 @@ def main(args: argparse.Namespace) -> int:
         retention=args.retention,
         deadline=args.deadline,
         max_message=args.max_message_bytes,
+        tool=(args.tool, args.arguments or {}) if args.tool is not None else None,
     )
     stopped: Stopped | None = None
     try:

@@ -14,7 +14,8 @@ implements it in a few lines (see docs/conformance.md).
 - `sep3182_throw {label, payload?}` (optional: a target without it still gets a report, with the
   JSON-RPC error checks skipped): count one execution, then answer a JSON-RPC *error* (not a
   result) with code `THROW_CODE`, an application code outside the range JSON-RPC and MCP reserve,
-  and `data` `{"label": ..., "count": n}`.
+  and `data` `{"label": ..., "executions": n}`, the same name the results use (servers written
+  when it was `count` still pass: the kit reads either, and says so in a note).
 
 Answers are one text content block holding the JSON object `{"label": ..., "executions": n}`
 (a `structuredContent` with the same object is allowed too). `payload` is any JSON value; it is
@@ -43,6 +44,7 @@ __all__ = [
     "executions_of",
     "throw_count",
     "throw_error",
+    "throw_uses_old_field",
 ]
 
 RECORD = "sep3182_record"
@@ -99,20 +101,38 @@ def answer_text(label: str, executions: int) -> str:
     return json.dumps({"label": label, "executions": executions})
 
 
-def throw_error(label: str, count: int) -> dict[str, Any]:
+def throw_error(label: str, executions: int) -> dict[str, Any]:
     """The JSON-RPC `error` object `sep3182_throw` answers with."""
     return {
         "code": THROW_CODE,
-        "message": f"sep3182_throw: execution {count} of {label}",
-        "data": {"label": label, "count": count},
+        "message": f"sep3182_throw: execution {executions} of {label}",
+        "data": {"label": label, "executions": executions},
     }
 
 
+OLD_THROW_FIELD = "count"  # the name `sep3182_throw`'s data used before it matched the results
+
+
 def throw_count(error: Any) -> int | None:
-    """The execution count in `sep3182_throw`'s JSON-RPC error, or None when there is none."""
+    """The execution count in `sep3182_throw`'s JSON-RPC error (`data.executions`, or the older
+    `data.count`), or None when there is none."""
     data = error.get("data") if isinstance(error, dict) else None
-    count = data.get("count") if isinstance(data, dict) else None
-    return count if type(count) is int else None
+    if not isinstance(data, dict):
+        return None
+    for name in ("executions", OLD_THROW_FIELD):
+        if type(data.get(name)) is int:
+            return int(data[name])
+    return None
+
+
+def throw_uses_old_field(error: Any) -> bool:
+    """Whether the count came from `data.count` alone (a server written to the older contract)."""
+    data = error.get("data") if isinstance(error, dict) else None
+    return (
+        isinstance(data, dict)
+        and type(data.get("executions")) is not int
+        and type(data.get(OLD_THROW_FIELD)) is int
+    )
 
 
 _EXECUTIONS = re.compile(r'"executions"\s*:\s*(\d+)')

@@ -17,9 +17,11 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checks import SCENARIOS, Context, OpenError, Outcomes, WireOpener, record
+from .checks import SCENARIOS, Context, OpenError, Outcome, Outcomes, Scenario, WireOpener, record
 from .contract import FIXTURE_TOOLS
+from .probe import Fixtures, probe
 from .report import Baseline, Report
+from .unfixtured import OMITTABLE
 from .wire import (
     DEFAULT_MAX_MESSAGE,
     LEGACY,
@@ -42,7 +44,16 @@ DEFAULT_DEADLINE = 300.0
 
 
 class TargetError(Exception):
-    """The target cannot be reached, serves no requested era, or lacks the fixtures (exit 2)."""
+    """The target cannot be reached, serves no requested era, or cannot list its tools
+    (exit 2)."""
+
+
+# What a target without the fixture tools is told would run the checks that need them.
+ADD_FIXTURES = (
+    "the fixture tools (docs/conformance.md, the fixture contract: in Python "
+    "idemtools.conformance.add_fixture_tools(server); in TypeScript the snippet there, "
+    "as in tests/conformance/ts_server/server.mjs)"
+)
 
 
 class Stopped(Exception):
@@ -72,6 +83,7 @@ class Options:
     retention: float | None = None
     deadline: float | None = None  # None: DEFAULT_DEADLINE, plus half of `retention` per era
     max_message: int = DEFAULT_MAX_MESSAGE
+    tool: tuple[str, dict[str, Any]] | None = None  # --tool NAME --arguments JSON
 
     def run_deadline(self) -> float:
         if self.deadline is not None:
@@ -120,19 +132,31 @@ def _opener(
     return open_
 
 
-async def _check_fixtures(wire: Wire) -> None:
-    reply = await wire.request("tools/list", {})
-    tools = (reply.get("result") or {}).get("tools")
-    if not isinstance(tools, list):
-        raise TargetError(f"tools/list failed in {wire.era}: {str(reply.get('error'))[:300]}")
-    names = {t.get("name") for t in tools if isinstance(t, dict)}
-    missing = [name for name in FIXTURE_TOOLS if name not in names]
-    if missing:
-        raise TargetError(
-            "the target lacks the conformance fixture tools "
-            f"{', '.join(missing)} (docs/conformance.md: the fixture contract; Python servers: "
-            "idemtools.conformance.add_fixture_tools(server))"
+async def _probe(wire: Wire, run_id: str, tool: str | None) -> Fixtures:
+    found = await probe(wire, run_id)
+    if found is None:
+        raise TargetError(f"tools/list failed in {wire.era}: the target lists no tools")
+    if tool is not None and not found.required_ok and tool not in found.names:
+        raise TargetError(f"--tool {tool}: the target does not list it in {wire.era}")
+    return found
+
+
+def _gate(scenario: Scenario, fixtures: Fixtures) -> Outcome | None:
+    """The outcome of every check of a scenario whose fixture tools are broken or absent, or
+    None when it can run."""
+    broken = fixtures.broken_of(scenario.fixtures)
+    if broken:
+        why = "; ".join(f"{name}: {fixtures.broken[name]}" for name in broken)
+        return ("fixture-error", f"a fixture tool breaks the contract: {why}")
+    absent = fixtures.absent(scenario.fixtures)
+    if absent:
+        return (
+            "blocked",
+            f"needs the fixture tool{'s' if len(absent) > 1 else ''} {', '.join(absent)}, "
+            "which the target does not list",
+            {"enable": ADD_FIXTURES},
         )
+    return None
 
 
 async def run(options: Options) -> Report:
@@ -158,9 +182,11 @@ async def run(options: Options) -> Report:
                 raise TargetError(
                     f"{options.describe()}: no protocol era served ({'; '.join(refusals)})"
                 )
-            for _era, wire in served:
+            found: dict[str, Fixtures] = {}
+            tool = options.tool[0] if options.tool else None
+            for era, wire in served:
                 try:
-                    await _check_fixtures(wire)
+                    found[era] = await _probe(wire, run_id, tool)
                 except WireError as exc:
                     raise TargetError(f"{options.describe()}: {exc}") from None
             report = Report(
@@ -168,9 +194,21 @@ async def run(options: Options) -> Report:
                 eras=[era for era, _ in served],
                 baseline=options.baseline,
             )
+            for era, _wire in served:
+                for text in found[era].notes:
+                    report.note(text)
+                if not found[era].required_ok and not found[era].broken:
+                    report.note(
+                        f"{era}: the target lists no fixture tools"
+                        if not found[era].listed
+                        else f"{era}: the target lacks fixture tools "
+                        + ", ".join(found[era].absent(FIXTURE_TOOLS))
+                    )
+            if options.tool is not None and all(f.required_ok for f in found.values()):
+                report.note("--tool was not used: the fixture tools are there")
             stop: str | None = None
             for era, wire in served:
-                stop = await _run_era(options, era, wire, run_id, report, budget, stop)
+                stop = await _run_era(options, era, wire, run_id, report, budget, stop, found[era])
             if stop is not None:
                 not_run = sum(1 for r in report.results if r.detail.startswith(_NOT_RUN))
                 raise Stopped(report, stop, not_run)
@@ -181,6 +219,9 @@ async def run(options: Options) -> Report:
 
 
 _NOT_RUN = "did not run: "
+# A check a stopped run did not reach did not run, and would in a run that is not cut short:
+# never "cannot apply here".
+_RUN_AGAIN = {"enable": "a run that is not cut short (see why this one stopped)"}
 
 
 async def _run_era(
@@ -191,9 +232,12 @@ async def _run_era(
     report: Report,
     budget: Budget,
     stop: str | None,
+    fixtures: Fixtures,
 ) -> str | None:
     """Every scenario of one era; returns why the run stopped (then, or before: `stop`)."""
     ctx = Context(era=era, wire=wire, run_id=run_id, slow_ms=options.slow_ms)
+    ctx.fixtures_ok = fixtures.required_ok
+    ctx.named_tool = options.tool
     if options.is_http and options.second_headers is not None:
         ctx.second_caller = _opener(options, era, budget, second=True)
     elif not options.is_http:
@@ -211,8 +255,11 @@ async def _run_era(
             if era not in scenario.eras:
                 continue
             outcomes: Outcomes
+            gated = _gate(scenario, fixtures)
             if stop is not None:
-                outcomes = dict.fromkeys(scenario.checks, ("skip", f"{_NOT_RUN}{stop}"))
+                outcomes = dict.fromkeys(scenario.checks, ("skip", f"{_NOT_RUN}{stop}", _RUN_AGAIN))
+            elif gated is not None:
+                outcomes = await _dry(scenario, ctx, gated)
             else:
                 try:
                     outcomes = await _scenario(scenario.run, ctx, budget)
@@ -222,17 +269,62 @@ async def _run_era(
                     ) from None
                 except DeadlineReached as exc:
                     stop = str(exc)
-                    outcomes = dict.fromkeys(scenario.checks, ("skip", f"not decided: {exc}"))
+                    outcomes = dict.fromkeys(
+                        scenario.checks, ("skip", f"not decided: {exc}", _RUN_AGAIN)
+                    )
                 except TargetGone as exc:
                     stop = str(exc)
                     outcomes = dict.fromkeys(scenario.checks, ("fail", f"wire failure: {exc}"))
                 except WireError as exc:
                     outcomes = dict.fromkeys(scenario.checks, ("fail", f"wire failure: {exc}"))
             for check_id in scenario.checks:
+                if check_id not in outcomes and scenario.name in OMITTABLE:
+                    continue
                 record(report, ctx, check_id, outcomes[check_id])
     finally:
         await ctx.aclose()
     return stop
+
+
+class _NeedsFixture(WireError):
+    """Raised by the dry wire on the first request: the scenario would have called a tool."""
+
+
+class _DryWire(Wire):
+    """A wire that refuses every request: a scenario that decides without calling anything
+    (it does not apply to this transport) still says so; any other is gated."""
+
+    def __init__(self, real: Wire) -> None:
+        super().__init__(real.era, real.timeout)
+        self.opened = real.opened
+
+    async def _exchange(
+        self, rid: int, method: str, params: dict[str, Any] | None, text: str
+    ) -> dict[str, Any]:
+        raise _NeedsFixture(method)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def _dry(scenario: Scenario, ctx: Context, gated: Outcome) -> Outcomes:
+    """The outcomes of a scenario whose fixtures are absent or broken: `gated` for every check,
+    unless the scenario decides without a request (a check that cannot apply to this target is
+    a skip whatever the fixtures: only what the transport allows is counted)."""
+    real, ctx.wire = ctx.wire, _DryWire(ctx.wire)
+    try:
+        decided = await scenario.run(ctx)
+    except WireError:
+        decided = {}
+    finally:
+        ctx.wire = real
+    ctx.transcript = []  # a gated check has no exchanges of its own
+    out: Outcomes = {}
+    for check in scenario.checks:
+        outcome = decided.get(check)
+        applies = outcome is None or outcome[0] != "skip" or len(outcome) > 2
+        out[check] = gated if applies else outcome  # type: ignore[assignment]
+    return out
 
 
 async def _scenario(

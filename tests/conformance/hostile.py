@@ -9,8 +9,8 @@ line over 16 MiB, then answers like a server without idempotency), `garbage` (an
 tools/call with lines that are not JSON, never an answer), `wrong-id` (answers every tools/call
 with another id), `flood` (on the first tools/call, sends requests of its own forever without
 reading its stdin), `flood-answer` (before the first answer, 20000 requests of its own without
-reading its stdin, then like a server without idempotency), `crash` (answers two tools/calls,
-then exits with status 3).
+reading its stdin, then like a server without idempotency), `crash` (answers two keyed
+tools/calls, then exits with status 3: mid-run, after the kit's unkeyed fixture probe).
 HTTP modes: `drip` (every tools/call answer is an SSE stream that never ends, one comment every
 0.1 s), `bigbody` (an endless SSE body as fast as it can write).
 """
@@ -36,6 +36,7 @@ class Counter:
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
         self.calls = 0
+        self.keyed = 0
 
     def answer(self, params: dict[str, Any]) -> dict[str, Any]:
         """A fixture server without idempotency: every call executes."""
@@ -80,6 +81,7 @@ def stdio(mode: str) -> None:
             send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": method}})
             continue
         counter.calls += 1
+        counter.keyed += "idempotencyKey" in (message.get("params") or {})
         if mode == "hang":
             continue
         if mode == "giant" and counter.calls == 1:
@@ -106,7 +108,7 @@ def stdio(mode: str) -> None:
             for n in range(20_000):
                 out.write(b'{"jsonrpc": "2.0", "id": "p%d-%d", "method": "ping"}\n' % (rid, n))
             out.flush()
-        if mode == "crash" and counter.calls > 2:
+        if mode == "crash" and counter.keyed > 2:
             print("hostile: crashing now", file=sys.stderr, flush=True)
             sys.exit(3)
         send({"jsonrpc": "2.0", "id": rid, "result": counter.answer(message["params"])})

@@ -61,6 +61,16 @@ class Kit:
             if c["status"] == status and (level is None or c["level"] == level)
         }
 
+    def failures(self, level: str | None = None) -> set[str]:
+        """Checks that failed: `fail`, or `blocked` by a failed check (`blocked_by`); a check
+        blocked by a missing fixture tool did not run, and is no failure."""
+        return {
+            c["id"]
+            for c in self.report.get("checks", [])
+            if (c["status"] == "fail" or (c["status"] == "blocked" and "blocked_by" in c))
+            and (level is None or c["level"] == level)
+        }
+
     def by_era(self, status: str) -> dict[str, set[str]]:
         out: dict[str, set[str]] = {}
         for c in self.report.get("checks", []):

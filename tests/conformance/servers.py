@@ -8,6 +8,9 @@
   `lowlevel` and `highlevel` take `--no-install`: the same server, idemtools never installed.
 - `short-retention`: the example's server kind with only the fixtures, every record kept
   `IDEMTOOLS_TEST_RETENTION` seconds (the server default policy).
+- `plain`: a server someone else wrote: FastMCP (mcp 1.x) or MCPServer (mcp 2.x) with one tool,
+  `echo {text}`, no fixture tools, no idemtools. `--install` adds idemtools' install();
+  `--broken-fixtures` adds the four fixture tools answering "ok" (no count: off-contract).
 
 Extra arguments are the example's: `--http PORT [--stateless]`; `lowlevel` and
 `short-retention` serve stdio only.
@@ -71,7 +74,33 @@ def short_retention() -> None:
     server.run()
 
 
+def plain(argv: list[str]) -> None:
+    if SDK2:
+        from mcp.server.mcpserver import MCPServer as Server
+    else:
+        from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,assignment]
+    server = Server("plain")
+
+    def echo(text: str) -> str:
+        """Answer the text it was given."""
+        return text
+
+    server.add_tool(echo, name="echo")
+    if "--broken-fixtures" in argv:
+
+        def ok(label: str, payload: Any = None) -> str:
+            return "ok"
+
+        for name in ("sep3182_record", "sep3182_record_slow", "sep3182_fail", "sep3182_count"):
+            server.add_tool(ok, name=name)
+    if "--install" in argv:
+        idemtools.install(server)
+    server.run()
+
+
 def main(kind: str, argv: list[str]) -> None:
+    if kind == "plain":
+        return plain(argv)
     if kind == "lowlevel":
         return lowlevel(argv)
     if kind == "highlevel":

@@ -128,7 +128,7 @@ async def test_fixture_tools_follow_the_contract(kind: str) -> None:
         assert "result" not in thrown[0], thrown[0]
         error = thrown[0]["error"]
         assert error["code"] == THROW_CODE and not -32768 <= error["code"] <= -32000
-        assert error["data"] == {"label": "t", "count": 1} and throw_count(error) == 1
+        assert error["data"] == {"label": "t", "executions": 1} and throw_count(error) == 1
         assert thrown[1]["error"] == error  # replayed by the server's default policy
         assert executions_of((await call("sep3182_count", {"label": "t"}))["result"]) == 1
         unkeyed = await call(THROW, {"label": "t"})

@@ -44,6 +44,7 @@ def test_info_and_base_spec_checks_have_no_row() -> None:
     assert {c for c in others if c.startswith("mcp-base-")} == {
         "mcp-base-error-codes-reserved",
         "mcp-base-error-codes-legacy",
+        "mcp-base-error-object",
     }
     for check_id in others:
         info = CHECKS[check_id]

@@ -66,6 +66,6 @@ def test_typescript_server_without_idempotency_is_caught(tmp_path: Path, node: s
     assert "sep-3182-error-replayed-jsonrpc" in kit.report["summary"]["unexpected_failures"]
     evidence = [e for e in thrown["evidence"] if '"sep3182_throw"' in e.get("request", "")]
     assert evidence[0]["answer"]["error"]["code"] == 1001
-    assert evidence[0]["answer"]["error"]["data"]["count"] == 1
+    assert evidence[0]["answer"]["error"]["data"]["executions"] == 1
     # The fixtures themselves work: unkeyed calls count as they should.
     assert kit.check("sep-3182-unkeyed-unaffected")["status"] == "pass"

@@ -32,7 +32,7 @@ function fixtures() {
     const executions = (counts.get(key) ?? 0) + 1;
     counts.set(key, executions);
     if (name === "sep3182_throw") {
-      throw new McpError(1001, `sep3182_throw: execution ${executions} of ${key}`, { label: key, count: executions });
+      throw new McpError(1001, `sep3182_throw: execution ${executions} of ${key}`, { label: key, executions });
     }
     if (name === "sep3182_record_slow") await new Promise((resolve) => setTimeout(resolve, Number(args.ms ?? 0)));
     return answer(executions, name === "sep3182_fail");

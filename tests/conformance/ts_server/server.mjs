@@ -35,7 +35,7 @@ server.setRequestHandler(CallToolRequestSchema, async (request) => {
   counts.set(key, executions);
   if (name === "sep3182_throw") {
     // A JSON-RPC error (code 1001: outside the range JSON-RPC and MCP reserve) with data.
-    throw new McpError(1001, `sep3182_throw: execution ${executions} of ${key}`, { label: key, count: executions });
+    throw new McpError(1001, `sep3182_throw: execution ${executions} of ${key}`, { label: key, executions });
   }
   if (name === "sep3182_record_slow") {
     await new Promise((resolve) => setTimeout(resolve, Number(args.ms ?? 0)));
