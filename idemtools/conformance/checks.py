@@ -542,6 +542,7 @@ class Scenario:
     checks: tuple[str, ...]
     run: Callable[[Context], Awaitable[Outcomes]]
     eras: frozenset[str] = frozenset({LEGACY, MODERN})
+    family: str = ""  # the rule it tests (`families.FAMILIES`); `--family` selects by it
 
 
 def record(report: Report, ctx: Context, check_id: str, outcome: Outcome) -> Result:
@@ -1430,3 +1431,9 @@ SCENARIOS: list[Scenario] = [
         eras=frozenset({MODERN}),
     ),
 ]
+
+# The checks derived rule by rule live in modules of their own, one per family; they extend the
+# two tables above (and give every scenario its family).
+from .families import register as _register  # noqa: E402
+
+_register(CHECKS, SCENARIOS)

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from .checks import CHECKS, SCENARIOS
+from .families import FAMILIES
 from .report import Baseline, BaselineError
 from .runner import DEFAULT_DEADLINE, ERAS, Options, Stopped, TargetError, run
 from .wire import DEFAULT_MAX_MESSAGE
@@ -127,6 +128,15 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="the largest stdio line, HTTP body or SSE stream the kit reads (default "
         f"{DEFAULT_MAX_MESSAGE}, 16 MiB)",
     )
+    parser.add_argument(
+        "--family",
+        action="append",
+        choices=tuple(FAMILIES),
+        default=[],
+        metavar="NAME",
+        help="run only this check family (repeatable; one of: " + ", ".join(FAMILIES) + "): to "
+        "study one rule; a partial run is no conformance verdict",
+    )
     parser.add_argument("target", nargs="+", metavar="TARGET", help="URL, or -- COMMAND...")
     return parser
 
@@ -172,7 +182,14 @@ def main(args: argparse.Namespace) -> int:
         retention=args.retention,
         deadline=args.deadline,
         max_message=args.max_message_bytes,
+        families=frozenset(args.family),
     )
+    if args.family:
+        print(
+            f"idemtools conformance: only the {', '.join(args.family)} check families run "
+            "(--family): a partial run, not a conformance verdict",
+            file=sys.stderr,
+        )
     stopped: Stopped | None = None
     try:
         report = asyncio.run(run(options))

@@ -72,6 +72,7 @@ class Options:
     retention: float | None = None
     deadline: float | None = None  # None: DEFAULT_DEADLINE, plus half of `retention` per era
     max_message: int = DEFAULT_MAX_MESSAGE
+    families: frozenset[str] = frozenset()  # only these check families (empty: every check)
 
     def run_deadline(self) -> float:
         if self.deadline is not None:
@@ -208,7 +209,9 @@ async def _run_era(
     ctx.retention = options.retention  # every era: each keeps its own records
     try:
         for scenario in SCENARIOS:
-            if era not in scenario.eras:
+            if era not in scenario.eras or (
+                options.families and scenario.family not in options.families
+            ):
                 continue
             outcomes: Outcomes
             if stop is not None:
