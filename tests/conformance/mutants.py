@@ -414,7 +414,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- retention
     _m(
         "retention-zero",
-        "replay",
+        "retention+replay",
         "records expire the moment they are written",
         "duplicate-not-executed",
         retention=True,

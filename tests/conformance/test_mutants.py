@@ -259,6 +259,25 @@ def test_a_mutants_families_hold_its_checks() -> None:
         assert {family[i] for i in m.expect} <= set(m.families), m.name
 
 
+def _rule_table() -> list[list[str]]:
+    doc = (ROOT / "docs" / "conformance.md").read_text()
+    section = doc[doc.index("## The rule table") :]
+    section = section[: section.index("\n## ", 1)]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows]
+
+
+def test_the_rule_table_has_one_row_per_mutant_with_its_checks() -> None:
+    """The table in docs/conformance.md and the catalogue say the same: every way of getting a
+    rule wrong has a mutant, and each names the check that fails it."""
+    table = {row[2].strip("`"): row for row in _rule_table()}
+    assert set(table) == {m.name for m in catalogue.MUTANTS}
+    for m in catalogue.MUTANTS:
+        checks = {c.strip().strip("`") for c in table[m.name][3].split(",")}
+        assert checks == set(m.expect), m.name
+        assert table[m.name][1] == m.bug.replace("|", "\\|"), m.name
+
+
 def test_reference_server_uses_neither_idemtools_nor_an_sdk() -> None:
     import ast
 
