@@ -1,9 +1,9 @@
 """The reference server and its mutants, checked without the kit.
 
 A surviving mutant must mean a blind spot of the kit, never a mutant that does not misbehave:
-so each blind-spot mutant is probed here directly, over raw JSON-RPC, and must differ from the
-reference exactly where its bug says. (The check-family mutants are proved by the kit itself,
-which has those checks.) The reference's equivalence is property-tested against the SEP's
+so the mutants of the kit's former blind spots and of the checks derived rule by rule are
+probed here directly, over raw JSON-RPC, and must differ from the reference exactly where their
+bug says. (The other mutants are proved by the kit itself.) The reference's equivalence is property-tested against the SEP's
 rules.
 """
 
