@@ -3,8 +3,8 @@
 A surviving mutant must mean a blind spot of the kit, never a mutant that does not misbehave:
 so the mutants of the kit's former blind spots and of the checks derived rule by rule are
 probed here directly, over raw JSON-RPC, and must differ from the reference exactly where their
-bug says. (The other mutants are proved by the kit itself.) The reference's equivalence is property-tested against the SEP's
-rules.
+bug says. (The other mutants are proved by the kit itself.) The reference's equivalence is
+property-tested against the SEP's rules.
 """
 
 from __future__ import annotations
