@@ -36,7 +36,7 @@ from .wire import (
 __all__ = ["DEFAULT_DEADLINE", "ERAS", "Options", "Stopped", "TargetError", "run"]
 
 ERAS = (LEGACY, MODERN)
-# A healthy run takes 10-20 s (both eras, the default --slow-ms); a server that needs 300 s is
+# A healthy run takes 10-35 s (both eras, the default --slow-ms); a server that needs 300 s is
 # hanging, not slow. The waits a run makes on purpose (half of --retention) come on top.
 DEFAULT_DEADLINE = 300.0
 
