@@ -205,6 +205,8 @@ def main(args: argparse.Namespace) -> int:
         code = 1 if code == 1 else 2  # a MUST failure stands; otherwise the run is inconclusive
         if lines and lines[-1] == "conformant":
             lines[-1] = "incomplete"
+    if args.family and lines and lines[-1] == "conformant":
+        lines[-1] = "partial: only the families " + ", ".join(args.family) + " ran (--family)"
     for line in lines:
         print(line)
     if args.json:
@@ -212,6 +214,8 @@ def main(args: argparse.Namespace) -> int:
         if stopped is not None:  # added fields only: readers of the earlier shape still work
             data["stopped"] = {"reason": stopped.reason, "not_run": stopped.not_run}
             data["summary"]["exit_code"] = code
+        if args.family:  # added field: a partial run says which families it ran
+            data["families"] = sorted(args.family)
         try:
             with open(args.json, "w", encoding="utf-8", newline="\n") as out:
                 out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")

@@ -374,6 +374,7 @@ def test_a_mutant_run_selects_only_its_families(runs: Runs) -> None:
     family = {c: s.family for s in SCENARIOS for c in s.checks}
     ran = {c["id"] for c in run.report["checks"]}
     assert ran and {family[c] for c in ran} == {"conflict"}
+    assert run.report["families"] == ["conflict"]  # the report says it is partial
 
 
 def test_a_documented_size_limit_is_a_note_not_a_failure(runs: Runs) -> None:
