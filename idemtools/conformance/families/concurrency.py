@@ -13,7 +13,7 @@ from typing import Any
 
 from ..checks import _KEY, _REPEAT, Context, Outcomes, Reply, _c
 from ..contract import RECORD
-from ..wire import RAW_TEXT
+from ..wire import RAW_TEXT, HttpWire
 
 __all__ = ["CHECKS", "SCENARIOS"]
 
@@ -46,7 +46,7 @@ async def _together(ctx: Context, params: dict[str, Any]) -> list[Reply]:
 
 async def concurrent_duplicates(ctx: Context) -> Outcomes:
     check = "sep-3182-concurrent-duplicates-one-execution"
-    how = "in one write" if not hasattr(ctx.wire, "url") else "as two parallel requests"
+    how = "as two parallel requests" if isinstance(ctx.wire, HttpWire) else "in one write"
     for n in range(1, ROUNDS + 1):
         key, label = ctx.fresh("k"), ctx.fresh("race")
         params = {"name": RECORD, "arguments": {"label": label}, "idempotencyKey": key}
