@@ -54,9 +54,9 @@ class _Counters:
         return self.counts.get(label, 0)
 
 
-def _result(label: str, executions: int, *, error: bool = False) -> Any:
+def _result(label: str, executions: int, *, error: bool = False, pad: int = 0) -> Any:
     return types.CallToolResult.model_validate(
-        {"content": [{"type": "text", "text": _text(label, executions)}], "isError": error}
+        {"content": [{"type": "text", "text": _text(label, executions, pad)}], "isError": error}
     )
 
 
@@ -78,7 +78,8 @@ async def _dispatch(counters: _Counters, name: str, arguments: dict[str, Any]) -
     if name == RECORD_SLOW:
         ms = arguments.get("ms") or 0
         await anyio.sleep(max(0, int(ms)) / 1000)
-    return _result(label, executions, error=name == FAIL)
+    pad = arguments.get("pad") if name == RECORD else 0
+    return _result(label, executions, error=name == FAIL, pad=pad if type(pad) is int else 0)
 
 
 def _tools() -> list[Any]:
@@ -91,8 +92,9 @@ def _tools() -> list[Any]:
 
 
 def _add_high_level(server: Any, counters: _Counters) -> None:
-    async def sep3182_record(label: str, payload: Any = None) -> types.CallToolResult:
-        return await _dispatch(counters, RECORD, {"label": label})  # type: ignore[no-any-return]
+    async def sep3182_record(label: str, payload: Any = None, pad: int = 0) -> types.CallToolResult:
+        result = await _dispatch(counters, RECORD, {"label": label, "pad": pad})
+        return result  # type: ignore[no-any-return]
 
     async def sep3182_record_slow(
         label: str, ms: int = 0, payload: Any = None

@@ -618,6 +618,7 @@ class Scenario:
     # The fixture tools the scenario calls: where one is absent its checks are blocked, where
     # one breaks the contract they are fixture errors (the runner decides, before it runs).
     fixtures: tuple[str, ...] = FIXTURE_TOOLS
+    family: str = ""  # the rule it tests (`families.FAMILIES`); `--family` selects by it
 
 
 def record(report: Report, ctx: Context, check_id: str, outcome: Outcome) -> Result:
@@ -1584,3 +1585,8 @@ from .unfixtured import LAST as _LAST  # noqa: E402
 
 SCENARIOS[2:2] = [*_FIRST]  # after the capability checks (one per era)
 SCENARIOS[-1:-1] = [*_LAST]  # the base error-code checks stay last
+# The checks derived rule by rule live in modules of their own, one per family; they extend the
+# two tables above (and give every scenario its family).
+from .families import register as _register  # noqa: E402
+
+_register(CHECKS, SCENARIOS)

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from .checks import CHECKS, SCENARIOS
+from .families import FAMILIES
 from .report import Baseline, BaselineError
 from .runner import DEFAULT_DEADLINE, ERAS, Options, Stopped, TargetError, run
 from .wire import DEFAULT_MAX_MESSAGE
@@ -152,6 +153,15 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="the largest stdio line, HTTP body or SSE stream the kit reads (default "
         f"{DEFAULT_MAX_MESSAGE}, 16 MiB)",
     )
+    parser.add_argument(
+        "--family",
+        action="append",
+        choices=tuple(FAMILIES),
+        default=[],
+        metavar="NAME",
+        help="run only this check family (repeatable; one of: " + ", ".join(FAMILIES) + "): to "
+        "study one rule; a partial run is no conformance verdict",
+    )
     parser.add_argument("target", nargs="+", metavar="TARGET", help="URL, or -- COMMAND...")
     return parser
 
@@ -201,7 +211,14 @@ def main(args: argparse.Namespace) -> int:
         deadline=args.deadline,
         max_message=args.max_message_bytes,
         tool=(args.tool, args.arguments or {}) if args.tool is not None else None,
+        families=frozenset(args.family),
     )
+    if args.family:
+        print(
+            f"idemtools conformance: only the {', '.join(args.family)} check families run "
+            "(--family): a partial run, not a conformance verdict",
+            file=sys.stderr,
+        )
     stopped: Stopped | None = None
     try:
         report = asyncio.run(run(options))
@@ -217,6 +234,8 @@ def main(args: argparse.Namespace) -> int:
         code = 1 if code == 1 else 2  # a MUST failure stands; otherwise the run is inconclusive
         if lines and lines[-1] == "conformant":
             lines[-1] = "incomplete"
+    if args.family and lines and lines[-1] == "conformant":
+        lines[-1] = "partial: only the families " + ", ".join(args.family) + " ran (--family)"
     for line in lines:
         print(line)
     if args.json:
@@ -224,6 +243,8 @@ def main(args: argparse.Namespace) -> int:
         if stopped is not None:  # added fields only: readers of the earlier shape still work
             data["stopped"] = {"reason": stopped.reason, "not_run": stopped.not_run}
             data["summary"]["exit_code"] = code
+        if args.family:  # added field: a partial run says which families it ran
+            data["families"] = sorted(args.family)
         try:
             with open(args.json, "w", encoding="utf-8", newline="\n") as out:
                 out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")

@@ -6,7 +6,9 @@ asks the server under test to expose four small tools that count their own execu
 observable number. The contract is language-neutral on purpose: a TypeScript, Go or Rust server
 implements it in a few lines (see docs/conformance.md).
 
-- `sep3182_record {label, payload?}`: count one execution of `label`; answer its new count.
+- `sep3182_record {label, payload?, pad?}`: count one execution of `label`; answer its new
+  count. With `pad` (optional integer), the answer's object also carries `"pad"`: a string of
+  that many `x` (a large outcome; a server without it gets the large-outcome check skipped).
 - `sep3182_record_slow {label, ms?, payload?}`: count one execution, sleep `ms` milliseconds,
   then answer the count it recorded (an in-progress call a duplicate can overtake).
 - `sep3182_fail {label, payload?}`: count one execution; answer `isError: true` with the count.
@@ -58,11 +60,12 @@ THROW_CODE = 1001  # outside -32768..-32000, which JSON-RPC and MCP reserve
 
 _LABEL = {"type": "string", "description": "what to count executions of"}
 _PAYLOAD = {"description": "any JSON value; ignored, lets a caller vary the arguments"}
+_PAD = {"type": "integer", "minimum": 0, "description": "answer this many more characters"}
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     RECORD: {
         "type": "object",
-        "properties": {"label": _LABEL, "payload": _PAYLOAD},
+        "properties": {"label": _LABEL, "payload": _PAYLOAD, "pad": _PAD},
         "required": ["label"],
     },
     RECORD_SLOW: {
@@ -96,9 +99,12 @@ DESCRIPTIONS = {
 }
 
 
-def answer_text(label: str, executions: int) -> str:
-    """The text block every fixture answers with."""
-    return json.dumps({"label": label, "executions": executions})
+def answer_text(label: str, executions: int, pad: int = 0) -> str:
+    """The text block every fixture answers with (`pad`: a large outcome, on request)."""
+    answer: dict[str, Any] = {"label": label, "executions": executions}
+    if pad > 0:
+        answer["pad"] = "x" * pad
+    return json.dumps(answer)
 
 
 def throw_error(label: str, executions: int) -> dict[str, Any]:

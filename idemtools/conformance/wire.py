@@ -247,6 +247,13 @@ class Wire:
     ) -> dict[str, Any]:
         raise NotImplementedError
 
+    async def requests_together(
+        self, method: str, many: Sequence[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Several requests sent at the same instant (a race a server must survive): here,
+        concurrently; over stdio, in one write."""
+        return list(await asyncio.gather(*(self.request(method, p) for p in many)))
+
     async def notify(self, method: str) -> None:
         await self._bounded(method, None, self._notify(method))
 
@@ -481,6 +488,33 @@ class StdioWire(Wire):
         finally:
             if self._pending.pop(rid, None) is not None:
                 self._abandoned.append(rid)
+
+    async def requests_together(
+        self, method: str, many: Sequence[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """One write holding every request: the server reads them in one chunk."""
+        if self._gone is not None:
+            raise TargetGone(self._gone)
+        messages = [self._message(method, params) for params in many]
+        loop = asyncio.get_running_loop()
+        futures: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        for rid, _text in messages:
+            futures[rid] = self._pending[rid] = loop.create_future()
+
+        async def exchange() -> list[dict[str, Any]]:
+            first = messages[0][0]
+            self._unsent.add(first)
+            await self._write("\n".join(text for _rid, text in messages))
+            self._unsent.discard(first)
+            return [await futures[rid] for rid, _text in messages]
+
+        try:
+            replies: list[dict[str, Any]] = await self._bounded(method, messages[0][0], exchange())
+            return replies
+        finally:
+            for rid, _text in messages:
+                if self._pending.pop(rid, None) is not None:
+                    self._abandoned.append(rid)
 
     async def _notify(self, method: str) -> None:
         await self._write(json.dumps({"jsonrpc": "2.0", "method": method}))

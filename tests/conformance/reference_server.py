@@ -53,12 +53,15 @@ RECORD, RECORD_SLOW, FAIL, COUNT, THROW = (
 )
 IN_PROGRESS_CODE = -31001
 CONFLICT_CODE = -31002
+TOO_LARGE_CODE = -31003
+LARGE = 32 * 1024  # what the large-outcome mutants call large
+HUGE = 512 * 1024  # ... and the size limit of record-size-limit
 THROW_CODE = 1001
 INVALID_PARAMS = -32602
 
 MUTANTS = frozenset(
     {
-        # blind spots of issue 17
+        # blind spots the kit once had
         "throw-reexecuted",
         "in-progress-corrupts",
         "error-record-any-args",
@@ -100,8 +103,34 @@ MUTANTS = frozenset(
         "store-per-instance",
         "unkeyed-affected",
         "mrtr-keyed",
+        # derived rule by rule (docs/conformance.md, the rule table)
+        "capability-true",
+        "replay-drops-iserror",
+        "replay-drops-structured",
+        "throw-replay-drops-data",
+        "large-not-recorded",
+        "large-truncated",
+        "huge-reexecuted",
+        "key-per-tool",
+        "key-truncated",
+        "args-top-level-only",
+        "args-nested-keys-dropped",
+        "args-lists-sorted",
+        "args-lists-deduped",
+        "args-str-leaves",
+        "args-python-equality",
+        "args-null-dropped",
+        "args-strings-folded",
+        "args-empty-equal",
+        "conflict-overwrites",
+        "conflict-deletes",
+        "race-check-then-set",
+        "retention-lru-100",
+        "retention-errors-short",
+        "retention-large-short",
         # conforming variants (not bugs): the kit must pass them
         "retention-forever",
+        "record-size-limit",
     }
 )
 
@@ -118,7 +147,7 @@ def _schema(**extra: Any) -> dict[str, Any]:
 
 
 TOOLS = [
-    {"name": RECORD, "inputSchema": _schema()},
+    {"name": RECORD, "inputSchema": _schema(pad={"type": "integer", "minimum": 0})},
     {"name": RECORD_SLOW, "inputSchema": _schema(ms={"type": "integer", "minimum": 0})},
     {"name": FAIL, "inputSchema": _schema()},
     {"name": THROW, "inputSchema": _schema()},
@@ -299,6 +328,34 @@ class Store:
             (*self._k(scope, key), fingerprint, "-", *outcome, time.time() + keep),
         )
 
+    def claim_in_two_steps(self, scope: str, key: str, fingerprint: str) -> Row:
+        """Mutant race-check-then-set, second step: write the claim whatever is there now."""
+        owner = uuid.uuid4().hex
+        self.db.execute(
+            "INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, NULL, NULL, NULL)",
+            (*self._k(scope, key), fingerprint, owner),
+        )
+        return Row(fingerprint, owner, None, None)
+
+    def refingerprint(self, scope: str, key: str, fingerprint: str) -> None:
+        """Mutant conflict-overwrites: the refused call's arguments replace the original's."""
+        self.db.execute(
+            "UPDATE records SET fingerprint = ? WHERE scope = ? AND key = ?",
+            (fingerprint, *self._k(scope, key)),
+        )
+
+    def forget(self, scope: str, key: str) -> None:
+        """Mutant conflict-deletes: a refused conflict drops the record."""
+        self.db.execute("DELETE FROM records WHERE scope = ? AND key = ?", self._k(scope, key))
+
+    def evict_beyond(self, count: int) -> None:
+        """Mutant retention-lru-100: only the newest `count` records are kept."""
+        self.db.execute(
+            "DELETE FROM records WHERE rowid NOT IN "
+            "(SELECT rowid FROM records ORDER BY rowid DESC LIMIT ?)",
+            (count,),
+        )
+
 
 # -- the server -----------------------------------------------------------------------------------
 
@@ -374,6 +431,8 @@ class Server:
 
     def _capabilities(self) -> dict[str, Any]:
         tools: dict[str, Any] = {} if self.has("no-capability") else {"idempotency": {}}
+        if self.has("capability-true"):
+            tools["idempotency"] = True
         return {"tools": tools}
 
     async def dispatch(
@@ -435,15 +494,20 @@ class Server:
         if name == THROW:
             data = {"label": label, "count": n}
             return _error(THROW_CODE, f"{THROW}: the tool threw, as asked", data)
-        text = _dumps({"label": label, "executions": n})
+        answer: dict[str, Any] = {"label": label, "executions": n}
+        pad = arguments.get("pad")
+        if name == RECORD and type(pad) is int and pad > 0:
+            answer["pad"] = "x" * pad
         result = {
-            "content": [{"type": "text", "text": text}],
-            "structuredContent": {"label": label, "executions": n},
+            "content": [{"type": "text", "text": _dumps(answer)}],
+            "structuredContent": answer,
             "isError": name == FAIL,
         }
         return "result", _dumps(result)
 
-    def scope(self, caller: Caller) -> str:
+    def scope(self, caller: Caller, name: str = "") -> str:
+        if self.has("key-per-tool"):
+            return f"{caller.principal}|{name}"
         if self.has("scope-none"):
             return ""
         if self.has("scope-per-connection"):
@@ -458,6 +522,8 @@ class Server:
             key = key.strip()
         if self.has("key-nfc"):
             key = unicodedata.normalize("NFC", key)
+        if self.has("key-truncated"):
+            key = key[:200]  # a VARCHAR(200) column
         return key
 
     def fingerprint(self, name: str, params: dict[str, Any], text: str) -> str:
@@ -472,8 +538,9 @@ class Server:
             arguments = _retype(typed, lambda v: f"{type(v).__name__}:{v!r}")
         else:
             hook = Pairs if self.has("equiv-key-order") else None
-            arguments = json.loads(
-                raw, parse_float=Fraction, parse_int=Fraction, object_pairs_hook=hook
+            arguments = _shortcut(
+                json.loads(raw, parse_float=Fraction, parse_int=Fraction, object_pairs_hook=hook),
+                self.mutants,
             )
         parts: list[Any] = [
             canonical(
@@ -490,9 +557,11 @@ class Server:
             parts.append(sorted(_STRING.findall(raw)))  # the spellings, in any member order
         return _dumps(parts)
 
-    def keep(self) -> float | None:
+    def keep(self, outcome: Outcome | None = None) -> float | None:
         if self.has("retention-forever"):
             return None
+        if outcome is not None and self._kept_short(outcome):
+            return self.retention / 4
         if self.has("retention-zero"):
             return 0.0
         if self.has("retention-short"):
@@ -511,13 +580,20 @@ class Server:
             return await self.execute(name, arguments)
         sent = key
         scope, key, fp = (
-            self.scope(caller),
+            self.scope(caller, name),
             self.identity(key),
             self.fingerprint(name, params, text),
         )
         if self.has("in-progress-executes"):
             return await self._record_after(scope, key, sent, fp, name, arguments)
-        status, row = self.store.claim(scope, key, fp)
+        if self.has("race-check-then-set"):
+            row = self.store.get(scope, key)
+            if row is not None:
+                return await self._repeated(scope, key, sent, fp, row, name, arguments)
+            await asyncio.sleep(0.005)  # an async store's round trip between the two steps
+            status, row = "claimed", self.store.claim_in_two_steps(scope, key, fp)
+        else:
+            status, row = self.store.claim(scope, key, fp)
         assert row is not None
         if status == "claimed":
             try:
@@ -528,12 +604,20 @@ class Server:
             if self._forgets(outcome):
                 self.store.release(scope, key, row.owner)
             else:
-                self.store.complete(scope, key, row.owner, outcome, self.keep())
+                self.store.complete(
+                    scope, key, row.owner, self._stored(outcome), self.keep(outcome)
+                )
+                if self.has("retention-lru-100"):
+                    self.store.evict_beyond(100)
             return outcome
         return await self._repeated(scope, key, sent, fp, row, name, arguments)
 
     def _forgets(self, outcome: Outcome) -> bool:
         kind, body = outcome
+        if len(body) > HUGE and self.has("huge-reexecuted"):
+            return True
+        if len(body) > LARGE and self.has("large-not-recorded"):
+            return True
         if kind == "error":
             return self.has("throw-reexecuted")
         return self.has("errors-not-replayed") and json.loads(body).get("isError") is True
@@ -563,6 +647,10 @@ class Server:
         if row.fingerprint != fp and not self._replays_anyway(row):
             if self.has("conflict-executes"):
                 await self.execute(name, arguments)
+            if self.has("conflict-overwrites"):
+                self.store.refingerprint(scope, key, fp)
+            if self.has("conflict-deletes"):
+                self.store.forget(scope, key)
             return self._conflict(sent)
         while row.kind is None:
             if self.has("in-progress-corrupts"):
@@ -599,8 +687,45 @@ class Server:
             del data["type"]
         return _error(code, "idempotencyKey was used with different arguments", data)
 
+    def _kept_short(self, outcome: Outcome) -> bool:
+        kind, body = outcome
+        if self.has("retention-large-short") and len(body) > LARGE:
+            return True
+        if not self.has("retention-errors-short"):
+            return False
+        return kind == "error" or json.loads(body).get("isError") is True
+
+    def _stored(self, outcome: Outcome) -> Outcome:
+        """What is written to the record (the size mutants and the size limit change it)."""
+        kind, body = outcome
+        if self.has("record-size-limit") and len(body) > HUGE:
+            return "too-large", str(len(body))
+        if self.has("large-truncated") and len(body) > LARGE and kind == "result":
+            result = json.loads(body)
+            for block in result.get("content", []):
+                block["text"] = block.get("text", "")[: LARGE // 2]
+            result.pop("structuredContent", None)
+            return kind, _dumps(result)
+        return outcome
+
     def _replay(self, kind: str, body: str) -> Outcome:
         """The recorded outcome, as recorded (the mutants change it on the way out)."""
+        if kind == "too-large":  # a documented per-record limit: refused, nothing runs
+            data = {"type": "idempotency_record_too_large", "bytes": int(body)}
+            return _error(TOO_LARGE_CODE, "the recorded outcome is over the 512 KiB limit", data)
+        if kind == "result" and (
+            self.has("replay-drops-iserror") or self.has("replay-drops-structured")
+        ):
+            result = json.loads(body)
+            if self.has("replay-drops-iserror"):
+                result.pop("isError", None)
+            if self.has("replay-drops-structured"):
+                result.pop("structuredContent", None)
+            body = _dumps(result)
+        if kind == "error" and self.has("throw-replay-drops-data"):
+            error = json.loads(body)
+            error.pop("data", None)
+            body = _dumps(error)
         if self.has("replay-wrong-result") and kind == "result":
             gone = {"content": [{"type": "text", "text": "already done"}], "isError": False}
             return kind, _dumps(gone)
@@ -614,6 +739,49 @@ class Server:
             stamp = _dumps({"replayedAt": time.time()})
             body = body[:-1] + f', "_meta": {stamp}' + "}"
         return kind, body
+
+
+def _shortcut(value: Any, mutants: frozenset[str]) -> Any:
+    """The argument-comparison shortcuts of the args-* mutants, applied to parsed arguments."""
+
+    def leaf(v: Any) -> Any:
+        if "args-empty-equal" in mutants and (v == "" or v is None):
+            return None
+        if "args-python-equality" in mutants and isinstance(v, bool):
+            return Fraction(int(v))  # Python: True == 1, False == 0
+        if "args-strings-folded" in mutants and isinstance(v, str):
+            return v.strip().casefold()
+        if "args-str-leaves" in mutants and not isinstance(v, str):
+            if isinstance(v, Fraction):
+                return str(v.numerator) if v.denominator == 1 else str(v)
+            return json.dumps(v)  # true, false, null: as their text
+        return v
+
+    def walk(v: Any, depth: int, top: frozenset[str]) -> Any:
+        if isinstance(v, (dict, list)) and depth > 0 and "args-top-level-only" in mutants:
+            return type(v).__name__  # only the top level is compared
+        if isinstance(v, dict):
+            items = [(k, walk(x, depth + 1, top)) for k, x in v.items()]
+            if "args-nested-keys-dropped" in mutants and depth > 0:
+                items = [(k, x) for k, x in items if k in top]  # JSON.stringify(v, topKeys)
+            if "args-null-dropped" in mutants:
+                items = [(k, x) for k, x in items if x is not None]
+            if "args-empty-equal" in mutants and not items:
+                return None
+            return type(v)(items) if isinstance(v, Pairs) else dict(items)
+        if isinstance(v, list):
+            items = [walk(x, depth + 1, top) for x in v]
+            if "args-lists-deduped" in mutants:
+                items = [x for i, x in enumerate(items) if x not in items[:i]]
+            if "args-lists-sorted" in mutants:
+                items.sort(key=lambda x: canonical(x))
+            if "args-empty-equal" in mutants and not items:
+                return None
+            return items
+        return leaf(v)
+
+    top = frozenset(value) if isinstance(value, dict) else frozenset()
+    return walk(value, 0, top)
 
 
 def _floated(value: Any) -> Any:

@@ -124,6 +124,18 @@ def test_every_scenario_decides_known_checks_once() -> None:
     assert SCENARIOS[-1].checks == ("mcp-base-error-codes-reserved", "mcp-base-error-codes-legacy")
 
 
+def test_every_scenario_has_a_family_the_cli_offers() -> None:
+    from idemtools.conformance.families import FAMILIES
+
+    assert {s.family for s in SCENARIOS} == set(FAMILIES)
+
+
+def test_an_unknown_family_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run_kit(tmp_path, "--family", "no-such-family", "--", PY, "-c", "pass")
+    assert exited.value.code == 2
+
+
 # -- type-strict JSON equality ------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""The four proofs that the kit discriminates (issue 10), against real server processes.
+"""The four proofs that the kit discriminates, against real server processes.
 
 1. The example server passes on this mcp release, over stdio and stateless HTTP, in every era
    the release serves (both on 2.x).
@@ -38,7 +38,12 @@ pytestmark = pytest.mark.slow
 
 ALICE = "Authorization: Bearer demo-alice"
 BOB = "Authorization: Bearer demo-bob"
-OPTIONAL = {"sep-3182-shared-store", "sep-3182-retention-window"}  # need --also / --retention
+# need --also / --retention
+OPTIONAL = {
+    "sep-3182-shared-store",
+    "sep-3182-retention-window",
+    "sep-3182-retention-window-every-outcome",
+}
 
 
 def ids_for(era: str) -> set[str]:
@@ -133,6 +138,14 @@ WITHOUT_INSTALL = (
         "key-case-sensitive",
         "key-whitespace-significant",
         "key-unicode-exact",
+        "key-long-distinct",
+        # The checks derived rule by rule: each needs a keyed retry recognised.
+        "conflict-nested-arguments",
+        "conflict-value-types",
+        "conflict-record-unchanged",
+        "replay-large-outcome",
+        "retention-after-other-keys",
+        "concurrent-duplicates-one-execution",
     )
     | (s("capability-discover") if LINE == 2 else set())
     | (s("error-replayed-jsonrpc", "conflict-jsonrpc-error-record") - NO_THROW)
@@ -188,6 +201,11 @@ PROTOTYPE = s(
     "conflict-error-data",
     "equivalence-numbers",
 )
+# ... and what it fails through those: a conflict by tool name is not refused, so whether the
+# record survives a refused conflict cannot be judged (blocked by conflict-tool-name).
+PROTOTYPE_BLOCKED = s("conflict-record-unchanged")
+# Its fixture tools predate `pad`: the large-outcome check is skipped, naming the fixture.
+PROTOTYPE_SKIPPED = s("replay-large-outcome")
 
 
 def test_sep_prototype_fails_exactly_what_its_behaviour_deserves(tmp_path: Path) -> None:
@@ -195,13 +213,21 @@ def test_sep_prototype_fails_exactly_what_its_behaviour_deserves(tmp_path: Path)
     assert kit.code == 1
     assert kit.report["summary"]["eras"] == [LEGACY]  # no server/discover
     assert kit.ids("fail") == PROTOTYPE
+    assert kit.ids("blocked") == PROTOTYPE_BLOCKED
     not_applicable = s("scope-per-caller", "scope-across-connections")  # stdio
-    assert kit.ids("pass") == ids_for(LEGACY) - PROTOTYPE - OPTIONAL - not_applicable
+    assert kit.ids("pass") == (
+        ids_for(LEGACY)
+        - PROTOTYPE
+        - PROTOTYPE_BLOCKED
+        - PROTOTYPE_SKIPPED
+        - OPTIONAL
+        - not_applicable
+    )
     assert "recorded result" in kit.check("sep-3182-conflict-tool-name")["detail"]
 
 
 def test_baseline_turns_known_failures_green_and_stale_entries_red(tmp_path: Path) -> None:
-    musts = sorted(c for c in PROTOTYPE if CHECKS[c].level == "MUST")
+    musts = sorted(c for c in PROTOTYPE | PROTOTYPE_BLOCKED if CHECKS[c].level == "MUST")
     baseline = tmp_path / "baseline.txt"
     baseline.write_text("# the prototype, as adopted\n" + "\n".join(musts) + "\n")
     command = ["--", PY, str(HERE / "prototype_server.py")]
@@ -216,6 +242,7 @@ def test_baseline_turns_known_failures_green_and_stale_entries_red(tmp_path: Pat
         "  - capability_initialize\n"
         "  - in_progress                  # the whole scenario may fail\n"
         "  - conflicts:sep-3182-conflict-tool-name\n"
+        "  - conflict_record\n"
         "  - sep-3182-equivalence-numbers\n"
         "client:\n"
         "  - auth/basic-dcr\n"

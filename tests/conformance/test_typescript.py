@@ -1,6 +1,8 @@
 """Proof 4: a server on the official TypeScript SDK (npm `@modelcontextprotocol/sdk`) with the
 fixture tools and no idempotency. The kit, which knows nothing of either SDK, must report the
-capability missing and a keyed duplicate executed twice.
+capability missing and a keyed duplicate executed twice. The same server with a small SEP-3182
+layer passes the full kit, and with the one JavaScript bug in it (`JSON.stringify` with a
+replacer array, which filters nested members too) fails the argument checks.
 
 node and npm are needed; without them the test is skipped, unless IDEMTOOLS_REQUIRE_SERVICES=1
 (CI), where it fails: CI must not go green by skipping the one cross-language proof.
@@ -69,3 +71,32 @@ def test_typescript_server_without_idempotency_is_caught(tmp_path: Path, node: s
     assert evidence[0]["answer"]["error"]["data"]["executions"] == 1
     # The fixtures themselves work: unkeyed calls count as they should.
     assert kit.check("sep-3182-unkeyed-unaffected")["status"] == "pass"
+
+
+def _with_idempotency(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    monkeypatch.setenv("SEP3182_TS_IDEMPOTENCY", mode)  # the server process inherits it
+
+
+def test_typescript_server_with_idempotency_passes_the_full_kit(
+    tmp_path: Path, node: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _with_idempotency(monkeypatch, "correct")
+    kit = run_kit(tmp_path, "--", node, str(TS / "server.mjs"))
+    assert kit.code == 0, kit.out + kit.err
+    assert kit.ids("fail") | kit.ids("blocked") == set(), kit.out
+    large = kit.check("sep-3182-replay-large-outcome")
+    assert large["status"] == "pass" and "1 MiB" in large["detail"]
+    assert kit.check("sep-3182-concurrent-duplicates-one-execution")["status"] == "pass"
+
+
+def test_typescript_replacer_array_is_caught(
+    tmp_path: Path, node: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`JSON.stringify(args, Object.keys(args).sort())`: a common way to sort keys in
+    JavaScript, whose replacer array also drops every nested member not named at the top."""
+    _with_idempotency(monkeypatch, "replacer-array")
+    kit = run_kit(tmp_path, "--family", "arguments", "--", node, str(TS / "server.mjs"))
+    assert kit.code == 1, kit.out + kit.err
+    nested = kit.check("sep-3182-conflict-nested-arguments")
+    assert nested["status"] == "fail"
+    assert "the original result was replayed" in nested["detail"]

@@ -156,3 +156,40 @@ def test_bounds_that_cannot_work_are_usage_errors(args: list[str], message: str)
         except SystemExit as exc:  # argparse's own usage errors
             code = exc.code  # type: ignore[assignment]
     assert code == 2 and message in err.getvalue()
+
+
+# A stdio server that answers each request with the number of requests in the read it arrived in.
+_CHUNK_COUNTER = r"""
+import json, os, sys
+buffer = b""
+while True:
+    data = os.read(0, 1 << 20)
+    if not data:
+        break
+    buffer += data
+    *complete, buffer = buffer.split(b"\n")
+    messages = [json.loads(line) for line in complete if line.strip()]
+    for message in messages:
+        if "id" in message:
+            answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"together": len(messages)}}
+            sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+"""
+
+
+def test_requests_together_reach_a_stdio_server_in_one_write() -> None:
+    """Two keyed calls "at the same instant" over stdio: one write holds both, so the server
+    reads them in one chunk and a check-then-set race has its best chance."""
+    import sys
+
+    async def go() -> list[dict[str, Any]]:
+        wire = StdioWire([sys.executable, "-c", _CHUNK_COUNTER], "2025-11-25", 10.0)
+        await wire.start()
+        try:
+            return await wire.requests_together("tools/call", [{"n": 1}, {"n": 2}, {"n": 3}])
+        finally:
+            await wire.aclose()
+
+    answers = asyncio.run(go())
+    assert [a["result"]["together"] for a in answers] == [3, 3, 3]
+    assert [a["id"] for a in answers] == sorted(a["id"] for a in answers)  # in the order sent
