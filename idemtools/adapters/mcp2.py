@@ -401,7 +401,7 @@ class IdempotencyMiddleware:
         else:
             outcome = await self.engine.handle(call, run)
         # A client that cancelled already got its answer from the SDK; don't answer twice.
-        # Asked first without a checkpoint (issue 18 item 7: ~11 k instructions less).
+        # Asked first without a checkpoint (~11 k instructions less).
         if cancel_pending():
             await anyio.lowlevel.checkpoint_if_cancelled()
         if outcome.error is not None:

@@ -2,7 +2,7 @@
 
 A conformance kit is worth exactly the bugs it catches. Each `Mutant` switches on one bug in
 `reference_server.py` (`--mutant NAME`) and names the check id(s) that must then report `fail`:
-one mutant per blind spot of issue 17 and one per check family the kit had before it. Only the
+one mutant per blind spot the kit once had and one per check family the kit had before it. Only the
 check a bug breaks *first* is named, so that a dependant the kit reports as `blocked` by it is
 no surprise. `Variant`s are not bugs: conforming choices the SEP leaves open, which the kit must
 pass.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 LEGACY, MODERN = "2025-11-25", "2026-07-28"
 BOTH = (LEGACY, MODERN)
 
-# The check ids issue 17 adds (BRIEF, "Agreed names for issue 17"). A mutant that needs one of
+# The check ids added for those blind spots. A mutant that needs one of
 # them is skipped until `idemtools.conformance.checks.CHECKS` has it, then it is required.
 NEW_IDS = frozenset(
     {
@@ -46,7 +46,7 @@ class Mutant:
     `retention`: the run documents a short window (`--retention`), which the kit waits out."""
 
     name: str
-    origin: str  # "blind spot N" (issue 17) or "family: ..." (the checks the kit had)
+    origin: str  # "blind spot N" or "family: ..." (the checks the kit had)
     bug: str
     expect: tuple[str, ...]
     eras: tuple[str, ...] = (MODERN,)
@@ -63,7 +63,7 @@ def _m(name: str, origin: str, bug: str, *expect: str, **how: object) -> Mutant:
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    # -- the blind spots of issue 17
+    # -- the blind spots
     _m(
         "throw-reexecuted",
         "blind spot 1",

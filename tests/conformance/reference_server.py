@@ -58,7 +58,7 @@ INVALID_PARAMS = -32602
 
 MUTANTS = frozenset(
     {
-        # blind spots of issue 17
+        # blind spots the kit once had
         "throw-reexecuted",
         "in-progress-corrupts",
         "error-record-any-args",

@@ -1,7 +1,7 @@
 """The kit's own mutant suite: the reference server passes; every bug switched on in it is caught.
 
 `reference_server.py` is an SEP-3182 server written from the SEP text without idemtools;
-`mutants.py` lists one bug per blind spot of issue 17 and per check family, each with the check
+`mutants.py` lists one bug per blind spot the kit once had and per check family, each with the check
 id that must fail. Each run is `idemtools conformance --json FILE` as a subprocess, judged by
 the JSON report (a SHOULD failure exits 0, so the exit code cannot say). A mutant whose check
 the kit does not have yet (`CHECKS`) is skipped with that reason; once the check exists the
@@ -183,7 +183,7 @@ class Runs:
 
 
 def pending(mutant: catalogue.Mutant) -> list[str]:
-    """The expected ids the kit does not have yet (issue 17's new checks, added in parallel)."""
+    """The expected ids the kit does not have yet (new checks, added in parallel)."""
     return [i for i in mutant.expect if i not in CHECKS]
 
 
@@ -233,7 +233,7 @@ def test_every_blind_spot_and_family_has_a_mutant() -> None:
 
 def test_expected_ids_are_real_check_ids() -> None:
     """A typo would skip a mutant forever: every expected id is a check the kit has or one
-    issue 17 agreed to add."""
+    agreed to be added."""
     unknown = {i for m in catalogue.MUTANTS for i in m.expect} - set(CHECKS) - catalogue.NEW_IDS
     assert not unknown
 
@@ -310,8 +310,7 @@ def test_mutant_is_caught(runs: Runs, mutant: str) -> None:
     m = _by_name[mutant]
     if missing := pending(m):
         pytest.skip(
-            f"the kit has no check {', '.join(missing)} yet (issue 17 adds it): this mutant "
-            "is required once it exists"
+            f"the kit has no check {', '.join(missing)} yet: this mutant is required once it exists"
         )
     run = runs.get(f"mutant-{mutant}")
     assert run.report, f"{mutant}: no report; {run.why()}"

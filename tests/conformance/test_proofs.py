@@ -1,4 +1,4 @@
-"""The four proofs that the kit discriminates (issue 10), against real server processes.
+"""The four proofs that the kit discriminates, against real server processes.
 
 1. The example server passes on this mcp release, over stdio and stateless HTTP, in every era
    the release serves (both on 2.x).
