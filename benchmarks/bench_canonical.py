@@ -22,7 +22,7 @@ def small_payload() -> dict[str, Any]:
 
 
 def large_payload(n: int = 10_000, seed: int = 7, with_nulls: bool = False) -> list[dict[str, Any]]:
-    """~750 KB: 10,000 records of ints, floats and strings (the issue's payload)."""
+    """~750 KB: 10,000 records of ints, floats and strings (the speed goal's payload)."""
     rng = random.Random(seed)
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
     records: list[dict[str, Any]] = []

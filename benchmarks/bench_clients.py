@@ -5,7 +5,7 @@
     pip install -e ".[redis,bench]"      # bench: hiredis, coredis, valkey-glide
     python benchmarks/bench_clients.py [--seconds 0.5] [--rounds 5]
 
-Issue 12 asked whether a faster async client than redis-py would pay. Every client runs the
+Would a faster async client than redis-py pay? Every client runs the
 same workload: idemtools' own claim script (`_CLAIM` from `idemtools/stores/redis.py`, loaded
 once), then `c` asyncio workers each looping one EVALSHA at a time on fresh keys (a first
 claim: EXISTS-like read, HSET, PEXPIRE) for `--seconds`. Rows:

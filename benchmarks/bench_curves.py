@@ -1,4 +1,4 @@
-"""Curves, not only points (issue 12, point 5): store cost against live records, throughput
+"""Curves, not only points: store cost against live records, throughput
 against concurrency, each beside the raw ceiling of the same database, drawn into docs/img/.
 
     python benchmarks/bench_curves.py [--quick] [--sizes 1000,100000,1000000]

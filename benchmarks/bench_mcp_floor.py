@@ -15,7 +15,7 @@ three, or those named by `--only`), interleaved in a freshly shuffled order ever
   lease, no bounds, no expiry, no owner token, no cancellation protection. Less than the
   contract allows;
 * contract floor: the same middleware doing, flat in one function and each in the cheapest way
-  found, the steps semantics.md asks of a keyed first execution: the key's check, a scope per
+  found, the steps docs/contract.md asks of a keyed first execution: the key's check, a scope per
   connection, the RFC 8785 fingerprint (`idemtools.canonical`), an owner token (idemtools'
   `new_owner`), a claim with a lease under a lock, a per-scope quota and a byte budget, the
   lease keeper's registration, a record with its retention fenced by owner, an exact-size copy
@@ -84,7 +84,7 @@ class DictFloor:
 
 
 class ContractFloor:
-    """Every step semantics.md asks of a keyed first execution, flat, each at its cheapest."""
+    """Every step docs/contract.md asks of a keyed first execution, flat, each at its cheapest."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()

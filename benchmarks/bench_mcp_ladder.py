@@ -4,7 +4,7 @@
     python benchmarks/bench_mcp_ladder.py --stub store
     python benchmarks/bench_mcp_ladder.py --stub keeper,fingerprint,scope,owner,store,worker,context
 
-A measurement device for docs/benchmarks.md ("Item 7: the floor"), never a way to run: each stub
+A measurement device for the performance history ("The floor"), never a way to run: each stub
 breaks the guarantee it stands in for. `bench_mcp.py`'s client path, a bare server and an
 idemtools one (MemoryStore) interleaved in a shuffled order every round. It prints the median
 ratio of a keyed first execution to a bare call. Stubs (comma-separated):

@@ -1,4 +1,4 @@
-"""Key bridges: where a key comes from when a client sends no `idempotencyKey` (issue 19, B).
+"""Key bridges: where a key comes from when a client sends no `idempotencyKey`.
 
 This is **outside SEP-3182**. The SEP's key is the top-level `idempotencyKey` of `tools/call`,
 chosen by the client; no widely used MCP client sends it. A tool may opt in, per tool, to one

@@ -285,7 +285,7 @@ def canonicalize(value: Any) -> bytes:
 def fingerprint(name: str, arguments: Mapping[str, Any] | None) -> str:
     """SHA-256 (hex) of the canonical form of `{"name": ..., "arguments": ...}`.
 
-    Absent, `None` and `{}` arguments are the same request, as semantics.md fixes.
+    Absent, `None` and `{}` arguments are the same request, as docs/contract.md fixes.
     """
     return hashlib.sha256(
         canonicalize({"name": name, "arguments": dict(arguments) if arguments else {}})

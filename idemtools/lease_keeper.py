@@ -1,7 +1,7 @@
 """The lease keeper: renews the claims of running calls from its own thread and event loop.
 
 Why a thread: a claim's lease must be renewed while its tool runs, *whether or not the tool
-blocks the event loop* (semantics.md, Time). A sync `def` tool on mcp 1.x FastMCP runs inline on
+blocks the event loop* (docs/contract.md, Time). A sync `def` tool on mcp 1.x FastMCP runs inline on
 the loop, and any async tool may call a blocking client; a renewal scheduled on that same loop
 would wait for the tool to finish, the lease would run out, and a retry elsewhere would run the
 tool a second time. So renewals live here, on one daemon thread with its own asyncio loop and

@@ -61,7 +61,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.every_python)
 
 
-# -- what was NOT tested, said loudly (issue 19 item 8) ---------------------------------------
+# -- what was NOT tested, said loudly ---------------------------------------
 
 _ROOT = _TESTS.parent
 

@@ -1,4 +1,4 @@
-"""`authorize=`: a replay is never an authorization bypass (SEP-3182 Security; issue 9.4).
+"""`authorize=`: a replay is never an authorization bypass (SEP-3182 Security).
 
 Driven through `Engine.handle` with a MemoryStore behind a spy, so each test can tell whether a
 record was read or written, not only what the caller got.
@@ -210,7 +210,7 @@ async def test_a_check_that_returns_false_refuses(answer: bool | None) -> None:
             assert outcome.result is not None and tool.calls == 1
 
 
-# -- issue 16, item 6: only True and None allow --------------------------------------------
+# -- only True and None allow --------------------------------------------
 
 # Values a check might return besides True/None/False: "the matching grants" (empty or not),
 # counts, strings, objects. Every one of them refuses: only True and None allow.

@@ -1,4 +1,4 @@
-"""idemtools.bridges (issue 19, B): the key sources outside SEP-3182, transport-free.
+"""idemtools.bridges: the key sources outside SEP-3182, transport-free.
 
 Over a real server on every adapter: tests/e2e/test_bridges.py (mcp 2.x and 1.x, MCPServer /
 FastMCP-in-mcp and the low-level Server) and tests/fastmcp/test_bridges.py (FastMCP 4).

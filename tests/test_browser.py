@@ -1,4 +1,4 @@
-"""A real browser opens the built retention page: headless Chromium, served from 127.0.0.1.
+"""A real browser opens the built site: headless Chromium, served from 127.0.0.1.
 
 The project site is built with `mkdocs build --strict`, served by `http.server` in a thread,
 and opened in Chromium (Debian: `chromium` and `chromium-driver`). With selenium installed
@@ -9,12 +9,17 @@ At a 1280 px window (a laptop) the page must fit: nothing in the content needs s
 scrolling, and no table or code block is wider than the text column. That needs a real layout,
 so it runs through selenium only (required, like Chromium, under IDEMTOOLS_REQUIRE_SERVICES=1).
 
+Every page of the site is opened at 390 px (a phone) and 1280 px: none may scroll sideways or
+stick out of its column, and the site's navigation must be reachable (the sidebar on a laptop,
+the menu button's drawer on a phone).
+
 No Chromium: the test is skipped with the reason; `IDEMTOOLS_REQUIRE_SERVICES=1` (CI) turns
 that skip into a failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import shutil
@@ -33,9 +38,8 @@ from tests.fixtures_docs.site import (
     PROJECT_SERVER,
     ROOT,
     describe_json,
-    mkdocs_build,
+    project_site,
     require,
-    require_mkdocs,
 )
 
 pytestmark = pytest.mark.once
@@ -68,12 +72,9 @@ class _Quiet(SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def site_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    require_mkdocs("material", "mkdocstrings")
-    site = tmp_path_factory.mktemp("browser") / "site"
-    done = mkdocs_build(ROOT / "mkdocs.yml", site)
-    assert done.returncode == 0, done.stderr
+@contextlib.contextmanager
+def _serve(site: Path) -> Iterator[str]:
+    """The built site over HTTP on 127.0.0.1, from a thread, for as long as the block runs."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -83,6 +84,12 @@ def site_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         httpd.shutdown()
         httpd.server_close()
         thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def site_url() -> Iterator[str]:
+    with _serve(project_site()) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -302,3 +309,99 @@ def test_retention_page_in_headless_chromium(chromium: str, site_url: str, drive
             shutil.copyfile(shot, ARTIFACTS / "retention.png")
     _assert_table(rows)
     assert shot.stat().st_size > 10_000, "the screenshot looks empty"
+
+
+# -- every page, on a phone and on a laptop --------------------------------------------------
+
+# A phone's width scrolls a wide table or code block inside its own box (Material wraps them):
+# only the page itself scrolling sideways, or content sticking out of the column, is a fault.
+_PAGE_OVERFLOW_JS = """
+const content = document.querySelector('.md-content');
+const root = document.documentElement;
+const problems = [];
+if (root.scrollWidth > root.clientWidth) {
+  problems.push(['the page scrolls sideways', root.scrollWidth, root.clientWidth]);
+}
+const edge = content.getBoundingClientRect().right + 1;
+for (const e of content.querySelectorAll('*')) {
+  if (e.closest('.md-typeset__scrollwrap, pre, .highlight, .mermaid')) continue;
+  const box = e.getBoundingClientRect();
+  if (box.width === 0 && box.height === 0) continue;
+  if (box.right > edge) {
+    problems.push(['sticks out: ' + e.tagName + ' ' + (e.textContent || '').trim().slice(0, 50),
+                   box.right, edge]);
+  }
+}
+return problems;
+"""
+
+
+def _pages(site: Path) -> list[str]:
+    """Every page of the built site, as a path under its root ("" is the home page)."""
+    pages = []
+    for html in sorted(site.rglob("index.html")):
+        relative = html.parent.relative_to(site).as_posix()
+        if relative == "." or not relative.startswith(("assets", "search")):
+            pages.append("" if relative == "." else f"{relative}/")
+    return pages
+
+
+def _nav_shown(driver: Any, width: int) -> str | None:
+    """None when the site's navigation can be reached at this width, else what is wrong."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    links = driver.find_elements(By.CSS_SELECTOR, ".md-sidebar--primary .md-nav__link")
+    if not links:
+        return "no navigation links"
+    if width >= 1220:  # Material's breakpoint: the sidebar is always shown
+        if not driver.find_element(By.CSS_SELECTOR, ".md-sidebar--primary").is_displayed():
+            return "the navigation sidebar is hidden"
+        return None
+    button = driver.find_element(By.CSS_SELECTOR, "label.md-header__button[for='__drawer']")
+    if not button.is_displayed():
+        return "no menu button"
+    button.click()
+    try:
+        WebDriverWait(driver, 5).until(lambda d: any(link.is_displayed() for link in links))
+    except Exception:
+        return "the menu button opens no navigation"
+    return None
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_every_page_fits_and_shows_its_navigation(chromium: str, width: int) -> None:
+    require(
+        importlib.util.find_spec("selenium") is not None and _find("chromedriver") is not None,
+        "the layout check needs selenium and chromedriver: "
+        "pip install selenium; apt-get install -y chromium-driver",
+    )
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    site = project_site()
+    pages = _pages(site)
+    assert len(pages) > 20, pages
+    faults: dict[str, object] = {}
+    with _serve(site) as url, tempfile.TemporaryDirectory(prefix="idemtools-chromium-") as profile:
+        driver = _driver(chromium, profile, 1280)
+        try:
+            # A phone: the viewport itself is 390 px wide, whatever the window's minimum.
+            driver.execute_cdp_cmd(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
+            )
+            for page in pages:
+                driver.get(f"{url}/{page}")
+                WebDriverWait(driver, 30).until(
+                    lambda d: d.find_elements(By.CSS_SELECTOR, "article")
+                )
+                assert driver.execute_script("return window.innerWidth") == width
+                script = _OVERFLOW_JS if width >= 1220 else _PAGE_OVERFLOW_JS
+                problems = driver.execute_script(script)
+                nav = _nav_shown(driver, width)
+                if problems or nav:
+                    faults[page or "/"] = {"overflow": problems[:5], "navigation": nav}
+        finally:
+            driver.quit()
+    assert faults == {}, faults

@@ -1,4 +1,4 @@
-"""`idemtools keys show|release` against records a real engine wrote (issue 16, item 13).
+"""`idemtools keys show|release` against records a real engine wrote.
 
 The command runs as an operator runs it: a child process, a store URL, the raw key and the
 scope as the server's log shows it (the scope hash) or as a strategy spells it (`shared`, the

@@ -1,4 +1,4 @@
-"""Client code loads no server side (issue 19; architecture: integrations need the client only).
+"""Client code loads no server side (architecture: integrations need the client only).
 
 A client (an agent, a FastMCP `Client`) that imports KeyedSession or an integration must not
 pay for, or be exposed to, the engine, the stores or the server adapters.
@@ -144,7 +144,7 @@ def _server_view(statement: str) -> dict[str, object]:
 
 
 def test_importing_idemtools_client_changes_nothing_a_server_sees() -> None:
-    """Issue 18 item 4: the SDK's models as it ships them, and no server code loaded."""
+    """The SDK's models as it ships them, and no server code loaded."""
     untouched = _server_view("import idemtools.adapters")
     after = _server_view("import idemtools.client\nimport idemtools.keyed_session")
     assert after == untouched

@@ -1,4 +1,4 @@
-"""Issue 9.8: the client helper logs keys as the digest the server logs, never raw."""
+"""The client helper logs keys as the digest the server logs, never raw."""
 
 from __future__ import annotations
 

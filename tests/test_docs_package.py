@@ -128,7 +128,7 @@ def test_describe_reads_the_store_only_through_store_text(
     assert "at most 3 live records per scope" in page
 
 
-# -- issue 18 item 4: a low-level server's page lists what its tools/list returns ---------------
+# -- a low-level server's page lists what its tools/list returns ---------------
 
 
 def _lowlevel_with_add() -> Any:

@@ -1,4 +1,4 @@
-"""A downstream project type-checks against an editable install (issue 19, item 7).
+"""A downstream project type-checks against an editable install.
 
 setuptools' default editable install for a flat layout is an import hook (a
 ``__editable___*_finder.py``), which mypy cannot follow: downstream ``mypy --strict`` reported

@@ -165,7 +165,7 @@ def test_every_type_has_a_code() -> None:
         assert codes.code_for(error_type) == getattr(codes, error_type)
 
 
-# Old default → new default (docs/how-it-works.md and docs/changelog.md print this table).
+# Old default → new default (docs/how-it-works.md prints this table).
 MOVED = {
     "idempotency_key_in_progress": (-32051, -31051),
     "idempotency_key_conflict": (-32052, -31052),
@@ -266,7 +266,7 @@ def test_key_echo_is_a_prefix_of_at_most_64_characters(key: str) -> None:
 
 @pytest.mark.parametrize(("error_type", "cls"), sorted(ALL_REFUSALS.items()))
 def test_data_is_a_plain_attribute(error_type: str, cls: type[RefusedError]) -> None:
-    # Issue 11: `error.data` printed as `<bound method ...>`; it is a value now, like `key`.
+    # `error.data` once printed as `<bound method ...>`; it is a value now, like `key`.
     error = cls("m", key="k-1")
     assert isinstance(error.data, dict)
     assert error.data["type"] == error_type

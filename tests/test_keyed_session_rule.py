@@ -1,6 +1,6 @@
-"""KeyedSession's key rule (issue 19, A1) as properties: an equal retry reuses, anything else not.
+"""KeyedSession's key rule as properties: an equal retry reuses, anything else not.
 
-"Equal" is idemtools' canonical comparison (semantics.md, Equivalence): key order and number
+"Equal" is idemtools' canonical comparison (docs/contract.md, Equivalence): key order and number
 spelling never matter, `None` and `{}` arguments are the same; any other difference is another
 operation.
 """

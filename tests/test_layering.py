@@ -1,4 +1,4 @@
-"""The import rules of docs/architecture.md, read from the source (issue 18).
+"""The import rules of docs/architecture.md, read from the source.
 
 Every `import` / `from ... import` counts: at module level, inside functions (a lazy import is
 still a dependency, only a later one) and under `if TYPE_CHECKING:` (an annotation that needs a

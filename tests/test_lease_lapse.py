@@ -137,7 +137,7 @@ def test_a_tool_that_sleeps_past_its_lease_keeps_it(redis_prefix: tuple[str, str
 def test_a_second_instance_that_runs_the_tool_meanwhile_is_never_silent(
     redis_prefix: tuple[str, str],
 ) -> None:
-    # The limit itself, as the issue reproduced it: while the first process holds the GIL past
+    # The limit itself, as first reproduced: while the first process holds the GIL past
     # its lease, another instance sharing Redis claims the key and runs the tool. idemtools
     # cannot stop that from a thread; the first process says so, at ERROR, and keeps the
     # second execution's record (its own outcome is not recorded over it).

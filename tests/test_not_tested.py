@@ -1,4 +1,4 @@
-"""A run that skips tests for a missing framework says so loudly (issue 19 item 8).
+"""A run that skips tests for a missing framework says so loudly.
 
 The README's test command installs no fastmcp, and `tests/fastmcp` skips without it: the
 summary must then name what was not tested and how to install it, not look plainly green.

@@ -388,7 +388,7 @@ def test_decorator_order_does_not_change_the_schema(
     assert policy_of(above_result) is not None
 
 
-# -- issue 11: a wrong duration names the option and what it accepts ---------------------------
+# -- a wrong duration names the option and what it accepts ---------------------------
 
 _ACCEPTS = "a datetime.timedelta or a number of seconds (int or float)"
 
@@ -450,7 +450,7 @@ def test_a_scope_that_is_not_a_strategy_is_refused_where_it_is_written(scope: ob
         Policy(scope=scope)  # type: ignore[arg-type]
 
 
-# -- issue 16, item 13: max_runtime -----------------------------------------------------------
+# -- max_runtime -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("bad", ["1h", "900", True, [60], b"60", object()])
@@ -509,7 +509,7 @@ def test_max_runtime_has_a_documented_default() -> None:
     assert Policy.of().max_runtime == DEFAULT_MAX_RUNTIME
 
 
-# -- issue 18 item 4: one name, one function, in a name-keyed registry --------------------------
+# -- one name, one function, in a name-keyed registry --------------------------
 
 
 def _refund_v1(amount: int) -> str:

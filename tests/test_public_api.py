@@ -11,7 +11,7 @@ import idemtools.stores
 
 PUBLIC = sorted(idemtools.__all__)
 
-# Names the issue fixes as public API.
+# Names fixed as public API.
 REQUIRED = {
     "idempotent",
     "by_auth_subject",

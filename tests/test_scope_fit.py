@@ -1,4 +1,4 @@
-"""Start-up check of scopes against the transport served (issue 16, item 11): transport-free."""
+"""Start-up check of scopes against the transport served: transport-free."""
 
 from __future__ import annotations
 

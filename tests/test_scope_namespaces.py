@@ -1,4 +1,4 @@
-"""Issue 9.7: the same key on tools with different scope strategies (semantics.md, Scope).
+"""The same key on tools with different scope strategies (docs/contract.md, Scope).
 
 Same scope: the key is one namespace across tools, so another tool is a conflict. Different
 scopes: separate namespaces, so each tool runs once and replays its own answer.

@@ -65,7 +65,7 @@ def test_subject_wins_over_client_id() -> None:
 
 
 def test_two_users_of_one_client_app_without_subjects_are_refused() -> None:
-    # Issue 9.1: a client id names an application; scoping by it pools all of its users.
+    # A client id names an application; scoping by it pools all of its users.
     alice = http(AuthInfo(issuer=ISSUER, client_id="app-1", scopes=("mcp",)))
     bob = http(AuthInfo(issuer=ISSUER, client_id="app-1", scopes=("mcp",)))
     for ctx in (alice, bob):
@@ -206,7 +206,7 @@ def test_builtin_strategies_never_collide() -> None:
 
 
 def test_a_custom_strategy_cannot_spell_a_builtin_value() -> None:
-    # Issue 9.6: whatever string a custom strategy returns, it lives in its own namespace.
+    # Whatever string a custom strategy returns, it lives in its own namespace.
     alice = http(AuthInfo(issuer=ISSUER, subject="alice", client_id="app"), session_id="s")
     builtins = [by_auth_subject, by_client_id, per_session, shared, local_user]
     for strategy in builtins:

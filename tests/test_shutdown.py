@@ -1,5 +1,5 @@
-"""`idemtools.shutdown`: what the end of serving and SIGTERM/SIGINT do, in-process (issue 16,
-item 1). The real processes (stdio EOF, signals, a second Ctrl-C, uvicorn) are in
+"""`idemtools.shutdown`: what the end of serving and SIGTERM/SIGINT do, in-process.
+The real processes (stdio EOF, signals, a second Ctrl-C, uvicorn) are in
 tests/e2e/test_boundaries.py; here, the pieces: where handlers are installed and restored,
 chaining, and the ASGI lifespan wait, against a real SQLiteStore.
 """

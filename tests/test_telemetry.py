@@ -570,7 +570,7 @@ async def test_learned_names_are_bounded(otel: Otel, monkeypatch: pytest.MonkeyP
 async def test_the_key_source_is_on_the_span_the_count_the_hook_and_the_log(
     otel: Otel, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 19, B6: `sep`, `argument` or `derived`, wherever a keyed call is reported."""
+    """`sep`, `argument` or `derived`, wherever a keyed call is reported."""
     hook = Hook()
     engine = otel.engine(on_outcome=hook)
     for source in ("sep", "argument", "derived"):

@@ -1,6 +1,6 @@
 """idemtools.testing: the one-call check that a server is protected, and its pytest fixture.
 
-Issue 11: forgetting `install()` is silent (the server serves, keyed retries run twice); users'
+Forgetting `install()` is silent (the server serves, keyed retries run twice); users'
 own suites catch it with `assert_protected`. Shown here on both a protected server and one that
 forgot `install()`, on the installed mcp line.
 """

@@ -1,6 +1,6 @@
 """The per-tool metadata builder (server) and reader (client) agree, and the reader is strict.
 
-Issue 11.5: `_meta["io.github.idemtools/idempotency"]` in `tools/list`. The builder lives in
+`_meta["io.github.idemtools/idempotency"]` in `tools/list`. The builder lives in
 `idemtools.policy` (transport-free, shared by every adapter); `ToolIdempotency.from_meta` reads
 what any server sent, so a malformed value must read as "no metadata", never as a guarantee.
 """

@@ -3,7 +3,7 @@
 The field is typed `str | None` for the code that reads it, but validated leniently: a non-string
 key sent by a client is kept as an `InvalidKey` (a `str` carrying the raw value) instead of making
 the SDK reject the whole request with a generic "Invalid request parameters". idemtools then
-refuses it with its own `idempotency_key_invalid` error, as semantics.md requires.
+refuses it with its own `idempotency_key_invalid` error, as docs/contract.md requires.
 
 Pydantic compiles nested models into their parents, so after adding the field every model that
 embeds the params class must be rebuilt, leaf first; a partial rebuild silently drops the key

@@ -1,6 +1,6 @@
 """The client half for mcp 1.x: send a keyed `tools/call` and read the server's capability.
 
-Why a module of its own: a client must load no server code (issue 19 item 9), so this is all
+Why a module of its own: a client must load no server code, so this is all
 `idemtools.client` and `KeyedSession` need of the SDK, apart from the server adapter
 (`mcp1.py`), the engine and the stores. Nothing is patched: the 1.x request params and
 capability models keep unknown fields, so the key rides as an extra and the capability is read

@@ -2,7 +2,7 @@
 
 Why a module of its own: a client (an agent, a FastMCP `Client`) must load no server code, so
 this is all `idemtools.client` and `KeyedSession` need of the SDK, apart from the server adapter
-(`mcp2.py`), the engine and the stores (issue 19 item 9).
+(`mcp2.py`), the engine and the stores.
 
 Nothing here changes a model a server uses. The key rides on client-only subclasses of the SDK's
 `CallToolRequestParams` / `CallToolRequest`, and the capability (which the SDK's

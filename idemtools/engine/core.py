@@ -91,7 +91,7 @@ class Engine(Lifecycle):
         store: where records live (see `idemtools.stores`).
         registry: tool name → policy; `default_policy` applies to tools without one, so no
             keyed call to a server that advertises the capability is ever executed twice.
-        max_key_length: longest accepted key (semantics.md: 255 by default).
+        max_key_length: longest accepted key (the behaviour contract: 255 by default).
         max_outcome_bytes: larger outcomes are answered but not kept; a retry gets
             `idempotency_outcome_too_large` instead of a second execution.
         codes: JSON-RPC error codes per `error.data.type`.

@@ -67,7 +67,9 @@ class KeyedToolCalls:
             interceptor opens each call's session itself. None: the tools were loaded from a
             session, which must be a `KeyedSession`.
         namespace: prefix of every derived key (default: random, per interceptor).
-        window, require_capability, in_progress_wait: as for `KeyedSession`.
+        window: as for `KeyedSession`.
+        require_capability: as for `KeyedSession`.
+        in_progress_wait: as for `KeyedSession`.
     """
 
     def __init__(

@@ -18,7 +18,7 @@ A record "held by owner" is fenced: a process whose lease ran out and was claime
 complete, renew or release the newer claim, nor overwrite a completed record. `complete` alone
 does not require the lease to be live: an owner whose lease ran out while nobody else claimed
 the key (a tool that blocked past its lease, a paused process) still records its outcome, so an
-outcome is only ever lost when a second execution already began (semantics.md, Fencing). The
+outcome is only ever lost when a second execution already began (docs/contract.md, Fencing). The
 engine always passes `fingerprint` to `complete`, so a store whose expired claim is already gone
 (Redis TTLs) can record it anew; without it a store may refuse such a late completion.
 

@@ -1,4 +1,4 @@
-"""The package's import graph has no circle (issue 18): read from the source, not by importing.
+"""The package's import graph has no circle: read from the source, not by importing.
 
 Every `import` / `from ... import` of an `idemtools` module counts, at module level and inside
 functions alike (a lazy import only postpones a circle). Imports under `if TYPE_CHECKING:` count

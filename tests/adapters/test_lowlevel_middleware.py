@@ -1,6 +1,6 @@
 """mcp 2.x low-level `Server`: a server middleware that authorizes runs before every replay,
-whether it was added before or after `install()` (semantics.md, Authorization; issue 16
-item 4 asks to verify it beside the FastMCP case)."""
+whether it was added before or after `install()` (docs/contract.md,
+Authorization), as on FastMCP."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """mcp 1.x: a `tools/call` handler is wrapped where dispatch looks it up, whatever edited the
-handler dict (issue 18: `request_handlers |= {...}` bypassed the old dict-subclass guard, since
+handler dict (`request_handlers |= {...}` bypassed the old dict-subclass guard, since
 `dict.__ior__` never calls `__setitem__`, and those keyed calls ran unprotected)."""
 
 from __future__ import annotations

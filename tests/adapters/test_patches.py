@@ -1,5 +1,5 @@
 """SDK class and model patches live in `idemtools.adapters.patches`, each applied once and
-reported; importing `idemtools.client` changes nothing a server sees (issue 18, item 4)."""
+reported; importing `idemtools.client` changes nothing a server sees."""
 
 from __future__ import annotations
 

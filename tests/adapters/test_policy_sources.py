@@ -1,4 +1,4 @@
-"""Where a keyed call's policy comes from, per server type (issue 18 item 4).
+"""Where a keyed call's policy comes from, per server type.
 
 A server that holds its tools' functions (MCPServer on mcp 2.x, FastMCP on mcp 1.x, standalone
 FastMCP 4) takes a tool's policy from its function (`@idempotent`), else from a name declared

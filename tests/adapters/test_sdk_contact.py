@@ -1,4 +1,4 @@
-"""install() fails closed on a changed SDK internal (issue 18, item 2), and the canaries.
+"""install() fails closed on a changed SDK internal, and the canaries.
 
 The canary tests run the probe of the installed SDK line against the installed release: each
 internal idemtools reads is checked on its own, so a CI leg on a new release names what moved.

@@ -31,7 +31,7 @@ SLOW_MS = "600"
 
 def idemtools_codes_in_reserved_range() -> bool:
     """Whether idemtools' own error codes lie in -32020..-32099, the sub-range the 2026-07-28
-    base spec reserves. They moved out (issue 16); a caller who configures `ErrorCodes` back
+    base spec reserves. They moved out; a caller who configures `ErrorCodes` back
     into it fails the check, and so would the proofs, unless they allow it."""
     from idemtools.errors import ErrorCodes
 

@@ -1,4 +1,4 @@
-"""Hostile targets (issue 17, item 10): every run ends within its deadline with exit 1 or 2 and a
+"""Hostile targets: every run ends within its deadline with exit 1 or 2 and a
 message saying what the target did, with bounded memory and no traceback on stderr.
 
 Each run is a real `idemtools conformance` process (its peak RSS is measured there) against a

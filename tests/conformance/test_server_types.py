@@ -1,5 +1,5 @@
 """Every server type idemtools supports on this mcp line passes the kit with `add_fixture_tools`
-and `install()`; the same server without `install()` fails (issue 17, item 9).
+and `install()`; the same server without `install()` fails.
 
 mcp 1.x: FastMCP and the low-level `Server`; mcp 2.x: MCPServer and the low-level `Server`.
 Standalone FastMCP 4.x: tests/fastmcp/test_conformance.py.

@@ -1,4 +1,4 @@
-"""Tools that block the event loop longer than their lease run exactly once (issue 8, item 1).
+"""Tools that block the event loop longer than their lease run exactly once.
 
 Before the lease keeper, renewals were scheduled on the tool's own event loop: a sync `def` tool
 (FastMCP on mcp 1.x runs it inline on the loop) or an async tool calling `time.sleep` stopped

@@ -1,5 +1,5 @@
-"""The end of a transport, and a process told to stop, with a keyed call in flight (issue 16,
-item 1): the call finishes and is recorded before the process exits; the retry on a new
+"""The end of a transport, and a process told to stop, with a keyed call in flight: the
+call finishes and is recorded before the process exits; the retry on a new
 process replays it. Real server processes (`boundary_server.py`), SQLiteStore in a tmp dir,
 the SDK's own server type (FastMCP on mcp 1.x, MCPServer on mcp 2.x); standalone FastMCP in
 tests/fastmcp/test_boundaries.py.

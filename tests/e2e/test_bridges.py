@@ -1,4 +1,4 @@
-"""The key bridges (issue 19, B: `key_argument=`, `key_from=`) over a real server, on the installed
+"""The key bridges over a real server, on the installed
 mcp line: MCPServer (2.x) or FastMCP-in-mcp (1.x), and the low-level `Server`.
 
 Every test counts what the tools really executed. Over the transport that loses the first answer

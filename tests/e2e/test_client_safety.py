@@ -1,4 +1,4 @@
-"""Issue 11: the client helper's silent mistakes made loud, and per-tool idempotency metadata.
+"""The client helper's silent mistakes made loud, and per-tool idempotency metadata.
 
 Real SDK sessions over the in-memory transport, on the installed mcp line (both eras on 2.x).
 """

@@ -1,4 +1,4 @@
-"""KeyedSession (issue 19, A1) against a real idemtools server over a transport that loses answers.
+"""KeyedSession against a real idemtools server over a transport that loses answers.
 
 Every test counts what the server's tools really executed: without KeyedSession a retry after a
 lost answer runs the tool twice; with it, once.
@@ -46,7 +46,7 @@ async def test_without_keyed_session_a_lost_answer_runs_twice() -> None:
     async with lossy_session(app.server) as session:
         result = await retry_once(session, "charge", {"amount": 5}, {"amount": 5})
     assert text_of(result) == "charged 5 usd #2"
-    assert app.count("charge") == 2  # the double charge this issue is about
+    assert app.count("charge") == 2  # the double charge KeyedSession prevents
 
 
 async def test_with_keyed_session_a_lost_answer_runs_once() -> None:

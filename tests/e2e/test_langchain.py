@@ -1,4 +1,4 @@
-"""idemtools.integrations.langchain (issue 19, A2) through LangGraph's real retry path.
+"""idemtools.integrations.langchain through LangGraph's real retry path.
 
 No model: a graph node emits the AI message with the tool call, a `ToolNode` with a LangGraph
 `RetryPolicy` runs the langchain-mcp-adapters tools (a fresh MCP session per call, the

@@ -69,7 +69,7 @@ async def test_input_required_is_not_recorded_and_continuations_pass_through() -
 
 @pytest.mark.parametrize("field", ["requestState", "inputResponses"])
 async def test_null_continuation_fields_count_as_absent(field: str) -> None:
-    # semantics.md: only a non-null requestState / inputResponses makes a continuation; a
+    # The behaviour contract: only a non-null requestState / inputResponses makes a continuation; a
     # present-but-null one is a first round like any other, and the keyed retry replays.
     app = make_app(auth=True, stateless=True)
     with serve_http(app, stateless=True) as url:

@@ -1,4 +1,4 @@
-"""Three processes of the example server, stateless HTTP, one shared store (issue 4).
+"""Three processes of the example server, stateless HTTP, one shared store.
 
 Each instance is `examples/payments_server.py --http PORT --stateless` in its own OS process,
 with `IDEMTOOLS_STORE` naming the same Redis or PostgreSQL. A client sends a keyed call to

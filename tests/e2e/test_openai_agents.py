@@ -1,4 +1,4 @@
-"""idemtools.integrations.openai_agents (issue 19, A2) through the Agents SDK's real retry path.
+"""idemtools.integrations.openai_agents through the Agents SDK's real retry path.
 
 No model: the tool call is driven as the agent runner drives it (`MCPUtil.invoke_mcp_tool` →
 `MCPServer.call_tool`), with `max_retry_attempts`, against a real idemtools server whose first

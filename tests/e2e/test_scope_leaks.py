@@ -1,4 +1,4 @@
-"""Issue 9 over real transports: one caller never receives another's recorded answer, and a
+"""Scopes over real transports: one caller never receives another's recorded answer, and a
 replay never bypasses authorization.
 
 Every test has a second caller reuse the first caller's key (keys are not secrets) and checks

@@ -1,5 +1,5 @@
-"""Scopes that cannot work on the transport served are warned about at start-up, once per tool
-(issue 16, item 11), on mcp 1.x FastMCP and mcp 2.x MCPServer: HTTP apps and stdio."""
+"""Scopes that cannot work on the transport served are warned about at start-up, once per tool,
+on mcp 1.x FastMCP and mcp 2.x MCPServer: HTTP apps and stdio."""
 
 from __future__ import annotations
 

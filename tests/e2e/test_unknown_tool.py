@@ -1,7 +1,7 @@
 """A keyed call to a tool that does not exist executed nothing: answered, never recorded.
 
 So a rolling deploy that adds the tool later does not replay "Unknown tool" for a retention
-window: the retry with the same key runs the tool (semantics.md, Failure paths).
+window: the retry with the same key runs the tool (docs/contract.md, Failure paths).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The engine's state machine (semantics.md), driven through `Engine.handle` with a MemoryStore.
+"""The engine's state machine (docs/contract.md), driven through `Engine.handle` with a MemoryStore.
 
 Time is a fake clock given to the store; nothing here sleeps to make a record expire. The only
 real-time waits are the lease-renewal test (renewal runs on real time by design) and short

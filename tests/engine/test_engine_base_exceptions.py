@@ -1,4 +1,4 @@
-"""A tool that raises a `BaseException` that is not its caller's cancellation (issue 16, item 5).
+"""A tool that raises a `BaseException` that is not its caller's cancellation.
 
 An `asyncio.CancelledError` out of a future another task cancelled, or a custom `BaseException`
 subclass, used to escape `_run` (which caught `Exception` only): nothing was recorded or

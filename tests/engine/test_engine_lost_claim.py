@@ -1,5 +1,4 @@
-"""A claim the store applied whose answer was lost is released, fenced by owner (issue 16,
-item 7).
+"""A claim the store applied whose answer was lost is released, fenced by owner.
 
 The store applied the claim, then raised (Redis: the reply to the claim and to the store's own
 retry on a fresh connection both lost; PostgreSQL: the answer after the implicit COMMIT lost,

@@ -1,4 +1,4 @@
-"""`max_runtime`: a hung tool no longer holds its key for ever (issue 16, item 13).
+"""`max_runtime`: a hung tool no longer holds its key for ever.
 
 Renewal goes on while a tool runs; past the policy's `max_runtime` it stops, with an ERROR
 naming the key digest and the tool, and the claim lapses by lease. Real time, a real store

@@ -1,4 +1,4 @@
-"""Claims caught by cancellation, and shutdown that drains (issue 8, items 2 and 3).
+"""Claims caught by cancellation, and shutdown that drains.
 
 * A caller cancelled while its claim is on its way to the store must not leave the key "in
   progress" for a whole lease while nothing runs: the claim is shielded and then released (anyio
@@ -224,7 +224,7 @@ async def test_aclose_with_nothing_running_is_immediate(tmp_path: Path) -> None:
     assert engine.keeper.live == 0
 
 
-# -- issue 16, item 2: a claim in flight counts; the grace keeps leases alive ------------------
+# -- a claim in flight counts; the grace keeps leases alive ------------------
 
 
 @pytest.mark.services

@@ -1,4 +1,4 @@
-"""The engine's observers (issue 18 item 1): telemetry and the `on_outcome` hook are two entries
+"""The engine's observers: telemetry and the `on_outcome` hook are two entries
 of one list that the engine notifies, neither knowing of the other, and the list holds only
 what was asked for: without a hook there is no hook observer for a call to pay for."""
 

@@ -1,4 +1,4 @@
-"""The engine's store wrapper and runtime accessor (issue 18 item 1): every store operation is
+"""The engine's store wrapper and runtime accessor: every store operation is
 timed, whichever call site sends it, and a missing private asyncio function fails loudly."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The tasks executions run as (`idemtools.engine.runtime.Workers`, issue 18 item 7).
+"""The tasks executions run as (`idemtools.engine.runtime.Workers`).
 
 An execution runs as a task of its own, so that nothing cancelling its caller stops it between
 the tool's side effect and its record. On Python 3.11 that task is an idle *worker*, reused by

@@ -1,4 +1,4 @@
-"""Standalone FastMCP 4.x at the end of a transport (issue 16, item 1): `FastMCP(...).run()` on
+"""Standalone FastMCP 4.x at the end of a transport: `FastMCP(...).run()` on
 stdio and over HTTP, no main of the application's own. A keyed call in flight when stdin
 closes or SIGTERM/SIGINT arrive is recorded before the process exits; the retry on a new
 process replays it. Same scenarios as tests/e2e/test_boundaries.py.

@@ -1,4 +1,4 @@
-"""The key bridges (issue 19, B) on a standalone FastMCP 4 server, through FastMCP's own `Client`
+"""The key bridges on a standalone FastMCP 4 server, through FastMCP's own `Client`
 over the transport that loses the first answer: a blind retry runs a tool twice without a bridge,
 once with it.
 """

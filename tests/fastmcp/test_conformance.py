@@ -1,4 +1,4 @@
-"""`add_fixture_tools` on standalone FastMCP 4.x (issue 17, item 9): the kit passes the server
+"""`add_fixture_tools` on standalone FastMCP 4.x: the kit passes the server
 with `install()` and fails the same server without it, over stdio, in both eras."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""idemtools.integrations.fastmcp (issue 19, A2): FastMCP 4.x's `Client`, keyed.
+"""idemtools.integrations.fastmcp: FastMCP 4.x's `Client`, keyed.
 
 A real FastMCP server with idemtools installed, a real `fastmcp.Client`, over an in-memory
 transport that loses the first tool result (the tool ran; the answer never arrived).

@@ -1,4 +1,4 @@
-"""idemtools.integrations.pydantic_ai (issue 19, A2) through pydantic-ai's real retry path.
+"""idemtools.integrations.pydantic_ai through pydantic-ai's real retry path.
 
 No model: a `FunctionModel` (a local function standing in for the model) emits the tool call,
 and when pydantic-ai answers with a retry prompt (its `ModelRetry` on an `McpError`: here a

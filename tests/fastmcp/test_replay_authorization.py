@@ -1,4 +1,4 @@
-"""FastMCP's own authorization runs on replays exactly as on executions (issue 16, item 4).
+"""FastMCP's own authorization runs on replays exactly as on executions.
 
 Alice executes `invoice` with a token that grants `billing`; her token is re-issued without
 it; her retry with the old key must be refused by FastMCP exactly as a fresh call with a new
@@ -166,7 +166,7 @@ async def test_a_middleware_refusing_on_the_way_out_refuses_the_replay_too() -> 
 
 async def test_middleware_that_calls_on_twice_never_runs_a_keyed_tool_twice() -> None:
     # A retrying middleware (FastMCP's RetryMiddleware re-runs failed calls) reaches the tool
-    # once per keyed call; a second pass is refused, not executed.
+    # once per keyed call; a second call is refused, not executed.
     built = build("none")
 
     class Twice(Middleware):  # type: ignore[misc]
@@ -277,7 +277,7 @@ async def test_an_extension_interceptor_answering_for_the_tool_is_the_recorded_e
 
 
 async def test_the_decision_still_comes_before_argument_validation() -> None:
-    # semantics.md: decided before validation. The same key with arguments FastMCP would refuse
+    # The contract: decided before validation. The same key with arguments FastMCP would refuse
     # is a conflict, not a validation error, even with middleware in front.
     built = build("custom")
     with serve(built, stateless=True) as url:

@@ -1,5 +1,5 @@
 """A scope that cannot work on the transport FastMCP serves is warned about at start-up, once
-per tool (issue 16, item 11): over its HTTP app (uvicorn) and on stdio (a subprocess)."""
+per tool: over its HTTP app (uvicorn) and on stdio (a subprocess)."""
 
 from __future__ import annotations
 

@@ -96,3 +96,25 @@ def user_site(root: Path, *, package: str = "userapp", servers: str | None = Non
         )
     )
     return config
+
+
+_BUILT: dict[Path, Path] = {}
+
+
+def project_site() -> Path:
+    """The project's own site, built once per test process (`mkdocs build --strict` is slow).
+
+    The directory is removed when the process exits; callers must not write into it.
+    """
+    if ROOT in _BUILT:
+        return _BUILT[ROOT]
+    require_mkdocs("material", "mkdocstrings")
+    import atexit
+    import tempfile
+
+    site = Path(tempfile.mkdtemp(prefix="idemtools-site-")) / "site"
+    atexit.register(shutil.rmtree, site.parent, True)
+    done = mkdocs_build(ROOT / "mkdocs.yml", site)
+    assert done.returncode == 0, done.stderr
+    _BUILT[ROOT] = site
+    return site

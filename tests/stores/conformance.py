@@ -396,7 +396,7 @@ class StoreConformance:
         assert await store.release(SCOPE, "k", "o1") is False
         assert await store.get(SCOPE, "k") is None
 
-    # -- late completion (semantics.md, Fencing) -------------------------------------------
+    # -- late completion (docs/contract.md, Fencing) ---------------------------------------
 
     async def test_late_completion_records_when_nobody_claimed(self) -> None:
         # A tool that blocked past its lease: its outcome is still recorded, then replayed.
@@ -698,7 +698,7 @@ class StoreConformance:
             assert await store.get(SCOPE, key) is None
 
     # -- byte budget -----------------------------------------------------------------------
-    # The budget is hard (issue 16, item 9): an outcome that does not fit is kept as a small
+    # The budget is hard: an outcome that does not fit is kept as a small
     # tombstone instead (every claim keeps room for one), so the retry is refused with
     # `idempotency_outcome_not_kept` and never runs the tool a second time.
 

@@ -1,4 +1,4 @@
-"""The flood of issue 8 item 5, end to end: one caller floods unique keys, others are unaffected.
+"""A flood, end to end: one caller floods unique keys, others are unaffected.
 
 Run through the `Engine` (scope resolution, hashing, refusal mapping) against a real store with
 a per-scope quota, so what is proved is what a client sees: the flooder gets

@@ -1,4 +1,4 @@
-"""Byte budgets that bound (issue 16, item 9), through the engine, on every store that has one.
+"""Byte budgets that bound, through the engine, on every store that has one.
 
 150 keyed calls run at once, each answering 1 MB, against a 16 MiB budget: what the store
 keeps never exceeds the budget (before: 143 MiB), and every one of the 150 retries either

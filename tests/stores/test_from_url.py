@@ -33,7 +33,7 @@ def test_memory_bounds_from_query() -> None:
     )
     default = from_url("memory://")
     assert isinstance(default, MemoryStore)
-    # One caller cannot fill a default store: a tenth of it per scope (issue 16, item 9).
+    # One caller cannot fill a default store: a tenth of it per scope.
     assert (default.max_bytes, default.max_records_per_scope) == (256 << 20, 10_000)
     assert default.max_bytes_per_scope == (256 << 20) // 10
     off = from_url("memory://?max_records_per_scope=none&max_bytes_per_scope=None")

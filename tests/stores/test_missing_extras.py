@@ -1,4 +1,4 @@
-"""A store whose driver is not installed names the extra to install (issue 11).
+"""A store whose driver is not installed names the extra to install.
 
 The driver is blocked in a child interpreter (`sys.modules[name] = None` makes its import raise
 ModuleNotFoundError exactly as an absent package does), so this runs wherever the drivers are

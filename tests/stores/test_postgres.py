@@ -461,7 +461,7 @@ async def test_quota_store_creates_the_scope_index_and_counts_on_it() -> None:
 
 
 async def test_transactional_outcome_over_the_budget_keeps_a_tombstone_and_the_writes() -> None:
-    """Issue 16, item 9, transactional mode: the completion is undone to a savepoint and a
+    """Transactional mode: the completion is undone to a savepoint and a
     tombstone recorded in the same transaction; the tool's own writes commit with it."""
     store = await _new_store(max_bytes=64 * 1024)
     try:

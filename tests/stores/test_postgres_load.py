@@ -1,6 +1,6 @@
 """PostgresStore under load: transactional calls that hold every connection of the default pool
 must not starve the short statements (claims, completions, releases, replays) of other calls,
-nor lose a lease or a record while they wait (issue 12, point 4).
+nor lose a lease or a record while they wait.
 
 Each transactional call holds its pooled connection for longer than its lease; there are five
 times more of them than the default pool has connections, and non-transactional keyed calls

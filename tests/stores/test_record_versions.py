@@ -1,4 +1,4 @@
-"""Versioned records (issue 16, item 14): releases share stores and outlive each other's records.
+"""Versioned records: releases share stores and outlive each other's records.
 
 * A record this release cannot read (an unknown format version, an unknown kind) is refused as
   `idempotency_record_corrupt`; the tool never runs again.

@@ -532,7 +532,7 @@ async def test_without_wait_a_failover_can_lose_an_acknowledged_completion(
 async def test_failover_to_a_replica_with_an_evicting_policy_refuses_claims(
     redis_cluster: LocalCluster,
 ) -> None:
-    """Issue 16, item 8: the replicas are set to allkeys-lru after the store read the policy
+    """The replicas are set to allkeys-lru after the store read the policy
     (and the periodic re-read is an hour away); a failover changes the topology, and the next
     claims read the policy again and are refused."""
     store = RedisStore.from_url(redis_cluster.url, prefix=_prefix(), policy_recheck=3600)

@@ -119,7 +119,7 @@ async def test_full_noeviction_redis_answers_store_full_and_still_replays() -> N
     assert tool.runs == 1
 
 
-# -- the policy is read again at run time (issue 16, item 8) ------------------------------------
+# -- the policy is read again at run time ------------------------------------
 
 
 async def test_policy_changed_at_run_time_refuses_claims_within_the_recheck_interval(
@@ -218,7 +218,7 @@ async def test_redis_without_maxmemory_is_served_with_a_warning(
 async def test_the_start_up_check_reads_the_policy_before_any_claim(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Issue 16, item 8: the missing-maxmemory WARNING (and an evicting policy's ERROR) come
+    """The missing-maxmemory WARNING (and an evicting policy's ERROR) come
     when the server starts, from the start-up check's `get`, not at the first claim. The read
     refuses nothing but claims: a replay on an evicting Redis still reads its record."""
     caplog.set_level(logging.INFO, logger="idemtools")
@@ -256,7 +256,7 @@ async def test_redis_with_maxmemory_gives_no_such_warning(
 
 
 async def test_completion_on_a_full_redis_keeps_a_tombstone_and_never_runs_again() -> None:
-    """Issue 16, item 9: Redis' budget is its maxmemory. A completion it refuses (OOM) used
+    """Redis' budget is its maxmemory. A completion it refuses (OOM) used
     to be lost, and the retry ran the tool again after the lease; now a tombstone is kept."""
     import asyncio
 
