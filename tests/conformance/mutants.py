@@ -100,6 +100,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "replay-json-identical",
     ),
     _m(
+        "replay-adds-default",
+        "replay",
+        "a replay adds or drops a member holding its default (isError: false)",
+        "replay-json-equal",
+    ),
+    _m(
         "replay-reserialised",
         "replay",
         "a replay is re-serialised (other separators, sorted members): same value, other text",
@@ -262,6 +268,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "the conflict refusal uses -32077, a code the 2026-07-28 spec reserves and does not define",
         "mcp-base-error-codes-reserved",
     ),
+    _m(
+        "error-code-text",
+        "keys+base",
+        'an invalid-params error carries its code as a string ("-32602")',
+        "mcp-base-error-object",
+    ),
     # -- arguments: equivalence and its converse
     _m(
         "equiv-raw-text",
@@ -367,6 +379,12 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("key-casefold", "keys", "keys are compared case-insensitively", "key-case-sensitive"),
     _m("key-trimmed", "keys", "keys are trimmed before lookup", "key-whitespace-significant"),
     _m("key-nfc", "keys", "keys are NFC-normalised before lookup", "key-unicode-exact"),
+    _m(
+        "key-any-json",
+        "keys",
+        'a key that is not a string is accepted as its JSON text (42 is the key "42")',
+        "malformed-key-refused",
+    ),
     _m(
         "key-truncated",
         "keys",

@@ -70,6 +70,9 @@ MUTANTS = frozenset(
         "key-casefold",
         "key-trimmed",
         "key-nfc",
+        "key-any-json",
+        "error-code-text",
+        "replay-adds-default",
         "replay-number-type",
         "replay-bool-type",
         "replay-reserialised",
@@ -424,6 +427,9 @@ class Server:
             outcome = await self.dispatch(str(message["method"]), params, text, caller)
         except Invalid as exc:
             outcome = _error(INVALID_PARAMS, str(exc))
+            if self.has("error-code-text"):
+                error = json.loads(outcome[1])
+                outcome = "error", _dumps({**error, "code": str(error["code"])})
         except Exception as exc:  # a bug here must answer, not leave the client waiting
             traceback.print_exc()
             outcome = _error(-32603, f"internal error: {exc!r}")
@@ -479,7 +485,7 @@ class Server:
         if name == RECORD_SLOW and (type(ms) is not int or ms < 0):
             raise Invalid("ms must be an integer >= 0")
         key = params.get("idempotencyKey")
-        if key is not None and not isinstance(key, str):
+        if key is not None and not isinstance(key, str) and not self.has("key-any-json"):
             raise Invalid("idempotencyKey must be a string")
         return str(name), arguments
 
@@ -571,6 +577,8 @@ class Server:
     async def call_tool(self, params: dict[str, Any], text: str, caller: Caller) -> Outcome:
         name, arguments = self._validate(params)
         key = params.get("idempotencyKey")
+        if key is not None and not isinstance(key, str):  # key-any-json: 42 is the key "42"
+            key = _dumps(key)
         continuation = "requestState" in params or "inputResponses" in params
         if name == COUNT or (continuation and not self.has("mrtr-keyed")):
             key = None  # the count is never keyed; an MRTR continuation is not a retry
@@ -735,6 +743,13 @@ class Server:
             body = _dumps(_retype(json.loads(body), _inted))
         if self.has("replay-reserialised"):
             body = json.dumps(json.loads(body), separators=(",", ":"), sort_keys=True)
+        if self.has("replay-adds-default") and kind == "result":
+            result = json.loads(body)
+            if "isError" in result and result["isError"] is False:
+                del result["isError"]
+            elif "isError" not in result:
+                result["isError"] = False
+            body = _dumps(result)
         if self.has("replay-meta-timestamp") and kind == "result":
             stamp = _dumps({"replayedAt": time.time()})
             body = body[:-1] + f', "_meta": {stamp}' + "}"

@@ -248,7 +248,10 @@ def test_expected_ids_are_real_check_ids() -> None:
 
 def test_every_check_has_a_mutant() -> None:
     """A check no bug fails is a check nobody showed to work."""
-    assert set(CHECKS) - {i for m in catalogue.MUTANTS for i in m.expect} == set()
+    # The named-tool replay runs only against a target without the fixture tools (the reference
+    # server has them): tests/conformance/test_unfixtured.py fails it on a server of that kind.
+    named_tool = {c for s in SCENARIOS if s.name in OMITTABLE for c in s.checks}
+    assert set(CHECKS) - named_tool - {i for m in catalogue.MUTANTS for i in m.expect} == set()
 
 
 def test_a_mutants_families_hold_its_checks() -> None:
