@@ -1576,17 +1576,3 @@ SCENARIOS: list[Scenario] = [
         fixtures=(),
     ),
 ]
-
-
-# The checks that need no fixture tool (a target the operator did not write); they live in their
-# own module, which reads this one's Context: imported last, so this module is complete then.
-from .unfixtured import FIRST as _FIRST  # noqa: E402
-from .unfixtured import LAST as _LAST  # noqa: E402
-
-SCENARIOS[2:2] = [*_FIRST]  # after the capability checks (one per era)
-SCENARIOS[-1:-1] = [*_LAST]  # the base error-code checks stay last
-# The checks derived rule by rule live in modules of their own, one per family; they extend the
-# two tables above (and give every scenario its family).
-from .families import register as _register  # noqa: E402
-
-_register(CHECKS, SCENARIOS)

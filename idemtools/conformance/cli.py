@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from .checks import CHECKS, SCENARIOS
+from .catalogue import CHECKS, SCENARIOS
 from .families import FAMILIES
 from .report import Baseline, BaselineError
 from .runner import DEFAULT_DEADLINE, ERAS, Options, Stopped, TargetError, run

@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checks import SCENARIOS, Context, OpenError, Outcome, Outcomes, Scenario, WireOpener, record
+from .catalogue import SCENARIOS
+from .checks import Context, OpenError, Outcome, Outcomes, Scenario, WireOpener, record
 from .contract import FIXTURE_TOOLS
 from .probe import Fixtures, probe
 from .report import Baseline, Report

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from idemtools.conformance.checks import SCENARIOS, Context, record
+from idemtools.conformance.catalogue import SCENARIOS
+from idemtools.conformance.checks import Context, record
 from idemtools.conformance.contract import COUNT, FAIL, RECORD, RECORD_SLOW, THROW, answer_text
 from idemtools.conformance.report import Report
 from idemtools.conformance.wire import LEGACY, Wire

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from idemtools.conformance.checks import CHECKS, SCENARIOS
+from idemtools.conformance.catalogue import CHECKS, SCENARIOS
 from idemtools.conformance.contract import RECORD, THROW, throw_count
 from idemtools.conformance.probe import probe
 from idemtools.conformance.runner import _gate

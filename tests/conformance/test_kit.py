@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import idemtools.conformance as conformance
 from idemtools.conformance import contract
-from idemtools.conformance.checks import CHECKS, SCENARIOS, Context, Reply, record
+from idemtools.conformance.catalogue import CHECKS, SCENARIOS
+from idemtools.conformance.checks import Context, Reply, record
 from idemtools.conformance.cli import _header
 from idemtools.conformance.jsonvalues import raw_members, raw_without, strict_equal
 from idemtools.conformance.report import (

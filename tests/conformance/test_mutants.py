@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from idemtools.conformance import cli as kit_cli
-from idemtools.conformance.checks import CHECKS, SCENARIOS
+from idemtools.conformance.catalogue import CHECKS, SCENARIOS
 from idemtools.conformance.families import FAMILIES
 from idemtools.conformance.unfixtured import OMITTABLE
 
@@ -256,7 +256,7 @@ def test_every_check_has_a_mutant() -> None:
 
 def test_a_mutants_families_hold_its_checks() -> None:
     """A family-selected run must run the checks it is judged by."""
-    from idemtools.conformance.checks import SCENARIOS
+    from idemtools.conformance.catalogue import SCENARIOS
 
     family = {c: s.family for s in SCENARIOS for c in s.checks}
     for m in catalogue.MUTANTS:
@@ -375,7 +375,7 @@ def test_kill_rate_is_100_percent(runs: Runs) -> None:
 
 def test_a_mutant_run_selects_only_its_families(runs: Runs) -> None:
     run = runs.get("mutant-conflict-overwrites")
-    from idemtools.conformance.checks import SCENARIOS
+    from idemtools.conformance.catalogue import SCENARIOS
 
     family = {c: s.family for s in SCENARIOS for c in s.checks}
     ran = {c["id"] for c in run.report["checks"]}

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from idemtools.conformance import traceability
-from idemtools.conformance.checks import CHECKS, SEP_URL
+from idemtools.conformance.catalogue import CHECKS
+from idemtools.conformance.checks import SEP_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 YAML = ROOT / "idemtools" / "conformance" / "sep-3182.yaml"

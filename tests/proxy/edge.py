@@ -93,7 +93,8 @@ def _answer(upstream: EchoUpstream, message: Any, token: str, seen: Seen) -> Any
     if not isinstance(message, dict) or message.get("id") is None:
         return None
     rid, method = message["id"], message.get("method")
-    params = message.get("params") if isinstance(message.get("params"), dict) else {}
+    raw = message.get("params")
+    params: dict[str, Any] = raw if isinstance(raw, dict) else {}
     if method == "initialize":
         result: Any = {
             "protocolVersion": "2025-11-25",
@@ -107,7 +108,8 @@ def _answer(upstream: EchoUpstream, message: Any, token: str, seen: Seen) -> Any
         result = {}
     elif method == "tools/call":
         name = params.get("name")
-        arguments = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
+        given = params.get("arguments")
+        arguments: dict[str, Any] = given if isinstance(given, dict) else {}
         if name not in TOOLS or (name == "secret" and token != "alice"):
             error = {"code": -32602, "message": f"Unknown tool: {name}"}
             return {"jsonrpc": "2.0", "id": rid, "error": error}

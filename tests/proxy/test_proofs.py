@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 STDIO_ONLY = {"sep-3182-scope-per-caller", "sep-3182-scope-across-connections"}
 NEEDS_ALSO = {"sep-3182-shared-store"}
-RETENTION = {"sep-3182-retention-window"}
+RETENTION = {"sep-3182-retention-window", "sep-3182-retention-window-every-outcome"}
 
 
 def proxy(*options: str) -> list[str]:

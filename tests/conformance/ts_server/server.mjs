@@ -68,6 +68,9 @@ const records = new Map(); // key -> { fingerprint, done, outcome: { result } | 
 const refuse = (code, type, key, message) => new McpError(code, message, { type, idempotencyKey: key });
 
 async function idempotent(name, args, key, run) {
+  if (typeof key !== "string") {
+    throw refuse(-32602, "idempotency_key_invalid", null, "idempotencyKey must be a string");
+  }
   const fp = fingerprint(name, args);
   const record = records.get(key);
   if (record === undefined) {
@@ -100,7 +103,7 @@ server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
   const { name, arguments: args = {} } = request.params;
   const key = keys.get(extra.requestId);
   keys.delete(extra.requestId);
-  if (!mode || typeof key !== "string" || name === "sep3182_count") return fixture(name, args);
+  if (!mode || key === undefined || key === null || name === "sep3182_count") return fixture(name, args);
   return idempotent(name, args, key, () => fixture(name, args));
 });
 const transport = new StdioServerTransport();
