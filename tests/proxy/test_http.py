@@ -215,10 +215,11 @@ def test_kit_passes_over_stateless_http_with_two_callers_and_two_instances(
     ):
         front, also = (f"http://127.0.0.1:{p}/mcp" for p in ports[2:])
         kit = run_kit(tmp_path, "--header", ALICE, "--second-header", BOB, "--also", also, front)
-    assert kit.ids("fail") | kit.ids("blocked") == set(), kit.out
+    assert kit.failures() == set(), kit.out
     assert kit.code == 0 and kit.report["summary"]["eras"] == ERAS
     retention = {"sep-3182-retention-window", "sep-3182-retention-window-every-outcome"}
-    assert kit.ids("skip") == retention | NO_THROW, kit.out
+    assert kit.ids("skip") == retention, kit.out
+    assert kit.ids("blocked") == NO_THROW, kit.out  # a fixture mcp 1.x FastMCP cannot offer
     for era in ERAS:
         capability = "capability-initialize" if era == LEGACY else "capability-discover"
         for check in ("scope-per-caller", "shared-store", capability):
