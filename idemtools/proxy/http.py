@@ -42,6 +42,7 @@ from ..engine import Engine
 from ..errors import RefusedError, UnauthorizedError
 from ..policy import Registry
 from ..stores import from_url
+from . import jsonread
 from .auth import JwtVerifier, caller_refusal, http_context
 from .batch import Kind, cancel_target, invalid, kind, needs_split
 from .config import ProxyConfig
@@ -105,12 +106,9 @@ def _dumps(message: Any) -> bytes:
 
 def _loads(data: bytes) -> Any:
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        try:
-            return json.loads(data)
-        except ValueError:
-            return None
+        return jsonread.loads(data)
+    except ValueError:
+        return None
 
 
 def _events(buffer: bytearray) -> list[bytes]:

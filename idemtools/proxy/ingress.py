@@ -4,8 +4,9 @@ A keyed `tools/call` must never reach the upstream unless the engine decided it.
 proxy cannot read may still be read by the upstream (the Python and Node SDKs decode invalid
 UTF-8 with replacement), so whatever the proxy cannot parse is answered here, never relayed:
 
-- not strict JSON in UTF-8 (invalid UTF-8, a BOM, NaN, a number out of range, nesting deeper
-  than the parser goes): `-32700` Parse error, with the id when a lenient reading finds one;
+- not strict JSON in UTF-8 (invalid UTF-8, a BOM, NaN, a number out of range, arrays and
+  objects nested deeper than 1024 on any Python version): `-32700` Parse error, with the id
+  when a lenient reading finds one;
 - a repeated member name in a message that mentions `idempotencyKey` (parsers disagree on
   which one wins): `-32600` Invalid Request;
 - a `tools/call` whose `params` is not an object (the proxy cannot tell whether it is keyed):
@@ -26,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from .jsonread import needs_exact
+
 __all__ = [
     "INVALID_PARAMS",
     "INVALID_REQUEST",
@@ -40,6 +43,8 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 KEY = "idempotencyKey"
+# orjson's nesting limit; the fallback parser's own limit depends on the Python version.
+MAX_DEPTH = 1024
 _KEY_BYTES = KEY.encode()
 _TYPES = {
     PARSE_ERROR: "parse_error",
@@ -92,16 +97,34 @@ class _Repeated(Exception):
 
 def parse(data: bytes) -> Any:
     """The JSON value of one message, read strictly (RFC 8259 in UTF-8); raises ValueError."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
-    # orjson refuses integers beyond 64 bits and lone surrogate escapes, which JSON allows.
+    if not needs_exact(data):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    # orjson reads integers beyond 64 bits as floats and refuses lone surrogate escapes, which
+    # JSON allows: the standard library reads those, exactly, with the strict checks on top.
     try:
         text = data.decode("utf-8")
-        return json.loads(text, parse_constant=_constant, parse_float=_finite)
+        value = json.loads(text, parse_constant=_constant, parse_float=_finite)
     except (ValueError, RecursionError, _Unparseable) as exc:
         raise ValueError(str(exc)) from None
+    if _deeper_than(value, MAX_DEPTH):
+        raise ValueError(f"nesting deeper than {MAX_DEPTH}")
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than `limit` (iterative: no recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > limit:
+                return True
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _repeats(data: bytes) -> bool:

@@ -45,6 +45,7 @@ from ..engine.runtime import start_eagerly
 from ..policy import Registry
 from ..scopes import CallContext
 from ..stores import from_url
+from . import jsonread
 from .batch import Batch, Kind, cancel_target, invalid, kind, needs_split
 from .config import ProxyConfig
 from .faults import UpstreamLost, unavailable_error
@@ -77,12 +78,9 @@ def dumps(message: Any) -> bytes:
 
 def _loads(line: bytes) -> Any:
     try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError:
-        try:  # integers beyond 64 bits: orjson refuses them, and they must stay exact
-            return json.loads(line)
-        except ValueError:
-            return None
+        return jsonread.loads(line)
+    except ValueError:
+        return None
 
 
 def _internal_error(message: dict[str, Any], exc: BaseException | None = None) -> bytes:

@@ -46,12 +46,23 @@ def test_invalid_utf8_in_an_argument_is_a_parse_error_with_the_id() -> None:
         line(KEYED)[:-1],  # cut short
         b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":NaN}}',
         b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":1e400}}',
-        b"[" * 5000 + b"]" * 5000,  # deeper than the parser goes
+        b"[" * 5000 + b"]" * 5000,  # deeper than the proxy reads
+        b"[" * 1025 + b"1" + b"0" * 30 + b"]" * 1025,  # as deep, read by the fallback parser
         line(KEYED) + b"{}",  # two values
     ],
 )
 def test_what_the_proxy_cannot_parse_is_answered(data: bytes) -> None:
     assert refused(data)["error"]["code"] == -32700
+
+
+def test_nesting_up_to_the_limit_is_read_by_both_parsers() -> None:
+    for tail in (b"1", b"1" + b"0" * 30):  # orjson; the fallback (an integer beyond 64 bits)
+        data = b"[" * 1024 + tail + b"]" * 1024
+        value = admit(data)
+        assert not isinstance(value, Refused)
+        for _ in range(1024):
+            value = value[0]
+        assert value == int(tail)
 
 
 def test_json_the_fast_parser_refuses_is_still_read() -> None:

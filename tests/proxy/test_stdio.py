@@ -220,3 +220,19 @@ def test_messages_over_many_reads_and_several_in_one_read_are_relayed_whole(
         assert s.answer(5)["result"] == {} and s.answer(4)["result"] == {}
         assert s.close() == 0
     assert executions(log, big) == 1 and executions(log, keyed) == 1  # the replay did not run
+
+
+def test_arguments_that_differ_only_in_a_large_integer_conflict(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    big = 12345678901234567890123  # one double stands for both it and big + 1
+    with start(tmp_path) as s:
+        s.initialize()
+        first = s.call(1, "record", "k-big", label="big", n=big)
+        assert "result" in first, first
+        other = s.call(2, "record", "k-big", label="big", n=big + 1)
+        assert other["error"]["data"]["type"] == "idempotency_key_conflict", other
+        assert s.call(3, "record", "k-big", label="big", n=big)["result"] == first["result"]
+        assert s.close() == 0
+    assert executions(log, "big") == 1
+    [sent] = [m for m in received(log) if m.get("method") == "tools/call"]
+    assert sent["params"]["arguments"]["n"] == big
