@@ -13,7 +13,8 @@
     │   ├── StoreUnavailableError         idempotency_store_unavailable
     │   ├── RecordCorruptError            idempotency_record_corrupt
     │   ├── OutcomeTooLargeError          idempotency_outcome_too_large (replayed in its place)
-    │   └── OutcomeNotKeptError           idempotency_outcome_not_kept (the store had no room)
+    │   ├── OutcomeNotKeptError           idempotency_outcome_not_kept (the store had no room)
+    │   └── OutcomeUnknownError           idempotency_outcome_unknown (it may have run; unknown)
     ├── InstallError                      install() could not make a server safe
     └── IdempotencyNotSupportedError      client side: the server does not advertise the capability
 
@@ -45,6 +46,7 @@ __all__ = [
     "KeyInvalidError",
     "OutcomeNotKeptError",
     "OutcomeTooLargeError",
+    "OutcomeUnknownError",
     "QuotaExceededError",
     "RecordCorruptError",
     "RefusedError",
@@ -82,6 +84,7 @@ class ErrorCodes:
     idempotency_quota_exceeded: int = -31058
     idempotency_unauthorized: int = -31059
     idempotency_outcome_not_kept: int = -31060
+    idempotency_outcome_unknown: int = -31061
 
     def code_for(self, error_type: str) -> int:
         code = getattr(self, error_type, None)
@@ -235,6 +238,18 @@ class OutcomeNotKeptError(RefusedError):
     type = "idempotency_outcome_not_kept"
 
 
+class OutcomeUnknownError(RefusedError):
+    """The call may have run, and its end was never recorded: whether its side effect happened
+    is unknown (the server or its upstream died mid-call, or the tool outlived `max_runtime`).
+
+    Definite for the key: an equal retry gets this same answer and runs nothing, so the
+    application, never a retry loop, decides whether to act again under a new key (after
+    checking whether the effect happened).
+    """
+
+    type = "idempotency_outcome_unknown"
+
+
 _BY_TYPE: dict[str, type[RefusedError]] = {
     cls.type: cls
     for cls in (
@@ -250,6 +265,7 @@ _BY_TYPE: dict[str, type[RefusedError]] = {
         RecordCorruptError,
         OutcomeTooLargeError,
         OutcomeNotKeptError,
+        OutcomeUnknownError,
     )
 }
 

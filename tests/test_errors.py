@@ -21,6 +21,7 @@ from idemtools import (
     KeyInvalidError,
     OutcomeNotKeptError,
     OutcomeTooLargeError,
+    OutcomeUnknownError,
     RecordCorruptError,
     RefusedError,
     ScopeUnavailableError,
@@ -43,6 +44,7 @@ ALL_REFUSALS: dict[str, type[RefusedError]] = {
     "idempotency_record_corrupt": RecordCorruptError,
     "idempotency_outcome_too_large": OutcomeTooLargeError,
     "idempotency_outcome_not_kept": OutcomeNotKeptError,
+    "idempotency_outcome_unknown": OutcomeUnknownError,
 }
 
 
@@ -177,6 +179,7 @@ MOVED = {
     "idempotency_quota_exceeded": (-32058, -31058),
     "idempotency_unauthorized": (-32059, -31059),
     "idempotency_outcome_not_kept": (None, -31060),
+    "idempotency_outcome_unknown": (None, -31061),
 }
 
 

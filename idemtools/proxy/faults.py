@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import ErrorCodes
 from ..outcome import Outcome
 
 __all__ = [
@@ -24,7 +25,7 @@ __all__ = [
 ]
 
 OUTCOME_UNKNOWN = "idempotency_outcome_unknown"
-OUTCOME_UNKNOWN_CODE = -31061
+OUTCOME_UNKNOWN_CODE = ErrorCodes().idempotency_outcome_unknown
 """Next to idemtools' own codes (-31051..-31060), outside -32768..-32000 as the 2026-07-28
 spec asks of application codes. Clients read `error.data.type`, not the code."""
 

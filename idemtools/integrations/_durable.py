@@ -1,0 +1,63 @@
+"""Keys for calls made from a durable workflow's step, derived from the engine's own identity.
+
+A durable engine (DBOS, Temporal, LangGraph) re-executes a step that was interrupted by a crash.
+The step's identity as the engine records it (a workflow id and step id, a run id and activity
+id, a checkpoint's task id) is the same on every re-execution of that step and different for any
+other step or run, so a key derived from it, the index of the call within the step, the tool's
+name and the canonical arguments is the same key on the retry and never shared by two
+operations. The key carries no readable part of the identity: it is a digest, so workflow ids
+never reach the server's logs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..canonical import canonicalize
+
+__all__ = ["StepCalls", "derive_key"]
+
+_PREFIX = "step-"
+
+
+def derive_key(
+    engine: str,
+    identity: Sequence[str],
+    index: int,
+    name: str,
+    arguments: Mapping[str, Any] | None,
+) -> str:
+    """The idempotency key of the `index`-th call (from 0) a step makes.
+
+    `engine` names the engine ("dbos", "temporal", "langgraph") so that two engines never
+    derive the same key from equal identities; `identity` is the engine's stable identity of
+    the step, in order."""
+    material = {
+        "engine": engine,
+        "identity": list(identity),
+        "index": index,
+        "name": name,
+        "arguments": dict(arguments or {}),
+    }
+    return _PREFIX + hashlib.sha256(canonicalize(material)).hexdigest()
+
+
+class StepCalls:
+    """The calls of one execution of one step, in order: each gets the next index.
+
+    Made anew each time the engine (re-)executes the step, so the n-th call of a re-execution
+    gets the same key as the n-th call of the interrupted one."""
+
+    __slots__ = ("_engine", "_identity", "_next")
+
+    def __init__(self, engine: str, identity: Sequence[str]) -> None:
+        self._engine = engine
+        self._identity = tuple(identity)
+        self._next = 0
+
+    def key(self, name: str, arguments: Mapping[str, Any] | None) -> str:
+        """The key of the next call this step makes."""
+        index, self._next = self._next, self._next + 1
+        return derive_key(self._engine, self._identity, index, name, arguments)
