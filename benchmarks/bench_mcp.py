@@ -26,8 +26,8 @@ from typing import Any
 import anyio
 
 import idemtools
-from idemtools.adapters import SDK2
-from idemtools.client import _sdk  # type: ignore[attr-defined]  # the same send path the client helper uses
+from idemtools.client.call import _sdk  # type: ignore[attr-defined]  # the same send path the client helper uses
+from idemtools.server.adapters import SDK2
 
 if SDK2:
     from mcp.client import Client

@@ -47,9 +47,9 @@ import anyio
 import orjson
 from bench_mcp import build, connect, timed
 
-from idemtools.adapters import SDK2
 from idemtools.canonical import fingerprint
 from idemtools.engine.decision import new_owner
+from idemtools.server.adapters import SDK2
 
 LEASE = 60.0
 RETENTION = 86_400.0

@@ -27,9 +27,9 @@ from typing import Any
 import anyio
 from bench_mcp import build, connect, timed
 
-from idemtools.adapters import SDK2
 from idemtools.engine import core
-from idemtools.lease_keeper import Lease, LeaseKeeper
+from idemtools.engine.lease_keeper import Lease, LeaseKeeper
+from idemtools.server.adapters import SDK2
 from idemtools.stores.base import Claim
 from idemtools.stores.memory import MemoryStore
 
@@ -69,7 +69,7 @@ def stub(names: list[str]) -> None:
     if "worker" in names:
         _replace(core, "protect", lambda body, workers: body)
     if "context" in names:
-        from idemtools.adapters import mcp2
+        from idemtools.server.adapters import mcp2
 
         built = mcp2._context
         once: dict[str, Any] = {}

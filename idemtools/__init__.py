@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .canonical import CanonicalizationError, canonicalize, fingerprint
     from .engine import Engine, EngineStats, ToolCall
+    from .engine.telemetry import OnOutcome, OutcomeContext
     from .errors import (
         ArgumentsInvalidError,
         ConflictError,
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
         StoreUnavailableError,
         UnauthorizedError,
     )
-    from .installation import Installation, ToolPolicy, install, installation_of
     from .outcome import Outcome
     from .policy import (
         DEFAULT_POLICY,
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
         scope,
         shared,
     )
-    from .telemetry import OnOutcome, OutcomeContext
+    from .server.installation import Installation, ToolPolicy, install, installation_of
 
 _LAZY: dict[str, str] = {
     "CanonicalizationError": "canonical",
@@ -88,10 +88,10 @@ _LAZY: dict[str, str] = {
     "StoreFullError": "errors",
     "StoreUnavailableError": "errors",
     "UnauthorizedError": "errors",
-    "Installation": "installation",
-    "ToolPolicy": "installation",
-    "install": "installation",
-    "installation_of": "installation",
+    "Installation": "server.installation",
+    "ToolPolicy": "server.installation",
+    "install": "server.installation",
+    "installation_of": "server.installation",
     "Outcome": "outcome",
     "DEFAULT_POLICY": "policy",
     "Policy": "policy",
@@ -110,8 +110,8 @@ _LAZY: dict[str, str] = {
     "per_session": "scopes",
     "scope": "scopes",
     "shared": "scopes",
-    "OnOutcome": "telemetry",
-    "OutcomeContext": "telemetry",
+    "OnOutcome": "engine.telemetry",
+    "OutcomeContext": "engine.telemetry",
 }
 """Public name → the module (in this package) that defines it."""
 

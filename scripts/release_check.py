@@ -33,8 +33,8 @@ WHEEL_MUST_HOLD = (
     "idemtools/__init__.py",
     "idemtools/py.typed",
     "idemtools/conformance/sep-3182.yaml",
-    "idemtools/testing.py",
-    "idemtools/pytest_plugin.py",
+    "idemtools/testing/assertions.py",
+    "idemtools/testing/pytest_plugin.py",
 )
 
 

@@ -27,6 +27,7 @@ from idemtools import (
 from idemtools.engine import ToolCall
 from idemtools.errors import error_from_data
 from idemtools.stores import MemoryStore
+from tests.budget import examples
 
 SECRET = "alice lacks balance:read (role=intern, ticket 4711)"
 
@@ -227,7 +228,7 @@ _OTHER_ANSWERS = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(answer=_OTHER_ANSWERS, is_async=st.booleans())
 async def test_any_answer_but_true_or_none_refuses_and_names_the_check(
     answer: object, is_async: bool

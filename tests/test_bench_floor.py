@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from idemtools.adapters import SDK2
+from idemtools.server.adapters import SDK2
 
 pytestmark = pytest.mark.skipif(not SDK2, reason="the floors are mcp 2.x server middlewares")
 
@@ -36,7 +36,7 @@ def test_a_floor_runs_a_retried_keyed_call_once_and_replays_its_result(
     from mcp.client import Client
     from mcp.server.mcpserver import MCPServer
 
-    from idemtools.client import _sdk  # type: ignore[attr-defined]
+    from idemtools.client.call import _sdk  # type: ignore[attr-defined]
 
     runs: list[int] = []
     server = MCPServer("floor")

@@ -22,11 +22,16 @@ from hypothesis import strategies as st
 
 from idemtools import CanonicalizationError, canonicalize, fingerprint
 from idemtools.canonical import _exact, _fast
+from tests.budget import examples
 
 pytestmark = pytest.mark.sdk_free
 
-SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FEWER = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+FEWER = settings(
+    max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 MAX_SAFE = 2**53 - 1
 
@@ -491,7 +496,7 @@ small_values = st.recursive(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(small_values, small_values)
 def test_bytes_equal_iff_values_equal(a: Any, b: Any) -> None:
     assert (canonicalize(a) == canonicalize(b)) == (norm(a) == norm(b))

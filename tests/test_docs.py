@@ -34,7 +34,6 @@ from idemtools import (
     per_session,
     shared,
 )
-from idemtools.adapters import SDK2
 from idemtools.docs import (
     JSON_SCHEMA,
     NotInstalledError,
@@ -54,6 +53,7 @@ from idemtools.docs import (
 from idemtools.docs.model import first_retry_after_ms
 from idemtools.docs.render import _unbroken
 from idemtools.errors import ErrorCodes as _Codes
+from idemtools.server.adapters import SDK2
 
 FIXTURE = "tests.fixtures_docs.server:server"
 GOLDEN = Path(__file__).parent / "golden"

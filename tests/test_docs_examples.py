@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from idemtools.docs import describe, example_arguments, load_server, render_markdown
-from idemtools.installation import installation_of
+from idemtools.server.installation import installation_of
+from tests.budget import examples
 from tests.e2e.harness import App, error_type, memory_wire
 
 FIXTURE = "tests.fixtures_docs.server:server"
@@ -91,7 +92,7 @@ def _model(spec: dict[str, tuple[Any, bool]]) -> type[pydantic.BaseModel]:
     return model
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fields)
 def test_arguments_from_pydantic_schemas_validate(spec: dict[str, tuple[Any, bool]]) -> None:
     model = _model(spec)
@@ -205,7 +206,7 @@ def _with_defs(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schemas)
 def test_arguments_from_handwritten_schemas_validate(schema: dict[str, Any]) -> None:
     root = _with_defs(schema)

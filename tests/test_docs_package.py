@@ -16,11 +16,11 @@ import pytest
 
 import idemtools.docs as docs
 from idemtools import install
-from idemtools.adapters import SDK2
 from idemtools.docs import DocsError, describe, example_arguments, render_markdown
 from idemtools.docs import examples as docs_examples
 from idemtools.docs import model as docs_model
 from idemtools.docs.store_text import store_text
+from idemtools.server.adapters import SDK2
 from idemtools.stores.base import StoreInfo
 from idemtools.stores.memory import MemoryStore
 
@@ -33,7 +33,7 @@ PATTERNED = {
 
 
 def test_every_name_imported_before_the_split_is_still_importable() -> None:
-    # What idemtools/cli.py, mkdocs_plugin.py, the tests and docs/*.md import from idemtools.docs.
+    # What the command, the mkdocs plugin, the tests and docs/*.md import from idemtools.docs.
     names = {
         "DocsError",
         "ErrorDoc",

@@ -30,6 +30,7 @@ from idemtools import (
     UnauthorizedError,
 )
 from idemtools.errors import QuotaExceededError, error_from_data
+from tests.budget import examples
 
 ALL_REFUSALS: dict[str, type[RefusedError]] = {
     "idempotency_key_invalid": KeyInvalidError,
@@ -102,7 +103,7 @@ def test_data_round_trip(error_type: str, cls: type[RefusedError]) -> None:
     assert str(rebuilt) == "m"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.sampled_from(sorted(ALL_REFUSALS)), st.text(min_size=1, max_size=64), st.integers(1, 10**6)
 )
@@ -257,7 +258,7 @@ def test_key_echo_of_non_json_objects_does_not_fail() -> None:
     assert isinstance(echo, str) and len(echo) <= 65
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(max_size=300))
 def test_key_echo_is_a_prefix_of_at_most_64_characters(key: str) -> None:
     echo = ConflictError("m", key=key).data["idempotencyKey"]

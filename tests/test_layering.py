@@ -3,8 +3,8 @@
 Every `import` / `from ... import` counts: at module level, inside functions (a lazy import is
 still a dependency, only a later one) and under `if TYPE_CHECKING:` (an annotation that needs a
 module ties the two together as surely as a call). The graph itself is the one
-`tests/adapters/test_import_graph.py` reads for circles; this file adds what that one does not
-need: line numbers, third-party names, and the rules.
+`tests/server/adapters/test_import_graph.py` reads for circles; this file adds what that one
+does not need: line numbers, third-party names, and the rules.
 
 Each rule says which group of modules may import which; a failure names the offending import as
 `path:line imports target`, so the fix (or the change to the rule, and to the note) is obvious.
@@ -20,7 +20,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.adapters.test_import_graph import ROOT, _module_name, _parents, _resolve, import_graph
+from tests.server.adapters.test_import_graph import (
+    ROOT,
+    _module_name,
+    _parents,
+    _resolve,
+    import_graph,
+)
 
 SDK = frozenset({"mcp", "mcp_types", "fastmcp"})
 """The MCP SDK's top-level packages (mcp 1.x `mcp`; mcp 2.x `mcp` and `mcp_types`; FastMCP 4)."""
@@ -84,22 +90,25 @@ def imports() -> list[Import]:
 
 # -- the groups of the house (docs/architecture.md, "The house") -----------------------------------
 
-_FOUNDATION = {
-    "errors",
-    "canonical",
-    "redaction",
-    "outcome",
-    "scopes",
-    "policy",
-    "scope_fit",
-    "shutdown",
-    "bridges",
+# The package root holds the contract's vocabulary: one concept a module, no folder of its own.
+_FOUNDATION = {"errors", "canonical", "redaction", "outcome", "scopes", "policy", "bridges"}
+# Every other group is a folder of the package, named as the folder is.
+_FOLDERS = {
+    "_sdk",
+    "engine",
+    "server",
+    "client",
+    "cli",
+    "docs",
+    "testing",
+    "proxy",
+    "integrations",
 }
-_SDK_FREE_ADAPTER_PARTS = {"_adapted", "_auth", "_contact", "_fields", "_serving"}
+_SDK_FREE_ADAPTER_PARTS = {"_adapted", "_auth", "_contact", "_serving"}
 
 
 def group(module: str) -> str:
-    """The group of the house a module belongs to."""
+    """The group of the house a module belongs to: its folder, or "foundation" at the root."""
     parts = module.split(".")[1:]
     if not parts:
         return "facade"
@@ -108,48 +117,42 @@ def group(module: str) -> str:
         return "foundation"
     if head == "stores":
         return "stores.base" if parts[1:] == ["base"] else "stores"
-    if head in ("engine", "lease_keeper", "telemetry", "adapters"):
-        return head
     if head == "conformance":
         return "conformance.server" if parts[1:] == ["_server_fixtures"] else "conformance"
-    if head in ("keyed_session", "_client_base"):
-        return "client"  # the client side: idemtools.client and the session wrapper on it
-    if head in ("installation", "client", "testing", "keys", "docs", "proxy", "integrations"):
+    if head in _FOLDERS:
         return head
-    if head in ("cli", "mkdocs_plugin", "pytest_plugin"):
-        return "entry points"
     return f"unplaced: {module}"  # a new module: give it a group here and a row in the note
 
 
 MAY_IMPORT: dict[str, set[str]] = {
     "foundation": set(),
+    "_sdk": set(),  # which SDK line, the key's field, the patch record: shared by both sides
     "stores.base": {"foundation"},
     "stores": {"stores.base", "foundation"},
-    "lease_keeper": {"stores.base", "foundation"},
-    "telemetry": {"foundation"},
-    "engine": {"stores.base", "lease_keeper", "telemetry", "foundation"},
-    "adapters": {"engine", "foundation"},
-    "installation": {"engine", "adapters", "stores.base", "stores", "telemetry", "foundation"},
-    "client": {"adapters", "foundation"},  # the client halves of the adapters: no engine
-    "keys": {"engine", "stores.base", "foundation"},
-    "docs": {"installation", "stores.base", "foundation"},
+    "engine": {"stores.base", "foundation"},  # the lease keeper and telemetry are its own
+    "server": {"engine", "stores.base", "stores", "_sdk", "foundation"},
+    "client": {"_sdk", "foundation"},  # no engine, no server: a client loads no server code
+    "docs": {"server", "stores.base", "foundation"},
     "conformance": {"conformance.server"},  # add_fixture_tools only, lazily (see its rule)
-    "conformance.server": {"conformance", "adapters", "installation", "foundation"},
-    "testing": {"adapters", "client", "installation", "foundation"},
+    "conformance.server": {"conformance", "server", "_sdk", "foundation"},
+    "testing": {"server", "client", "_sdk", "foundation"},
     "proxy": {"engine", "stores", "stores.base", "docs", "foundation"},  # raw JSON-RPC: no SDK
     "integrations": {"client", "foundation"},  # client side only: never the engine or a store
 }
 """Group → the other groups its modules may import (within a group anything goes, but for
-the circles `test_import_graph` forbids). Groups absent here (the `idemtools` façade, the
-command line, the mkdocs and pytest plugins) stand on top and may import anything."""
+the circles `test_import_graph` forbids). Groups absent here (the `idemtools` façade and the
+command line, `cli/`) stand on top and may import anything."""
 
 
 def may_import_sdk(module: str) -> bool:
-    """Only the edges touch the SDK: the adapters (not their SDK-free shared parts), the
-    in-process test helper and the conformance kit's server side."""
+    """Only the edges touch the SDK: the server's adapters (not their SDK-free shared parts),
+    the client's two SDK halves, the in-process test helper and the conformance kit's server
+    side."""
     parts = module.split(".")[1:]
-    if parts[:1] == ["adapters"]:
-        return len(parts) == 2 and parts[1] not in _SDK_FREE_ADAPTER_PARTS
+    if parts[:2] == ["server", "adapters"]:
+        return len(parts) == 3 and parts[2] not in _SDK_FREE_ADAPTER_PARTS
+    if parts[:1] == ["client"]:
+        return parts[1:] in (["sdk_mcp1"], ["sdk_mcp2"])
     # integrations: the client frameworks' edge (FastMCP's Client, pydantic-ai on it).
     return group(module) in ("testing", "conformance.server", "integrations")
 
@@ -171,8 +174,8 @@ def outside_the_table(found: Iterable[Import]) -> list[str]:
 
 def sdk_outside_the_edges(found: Iterable[Import]) -> list[str]:
     return [
-        f"{imp} (only the adapters, the client integrations, testing.py and "
-        "conformance/_server_fixtures.py import the SDK)"
+        f"{imp} (only server/adapters/, client/sdk_mcp*.py, the client integrations, "
+        "testing/ and conformance/_server_fixtures.py import the SDK)"
         for imp in found
         if imp.target in SDK and not may_import_sdk(imp.module)
     ]
@@ -188,7 +191,7 @@ def engine_violations(found: Iterable[Import]) -> list[str]:
             bad.append(f"{imp} (the engine imports no SDK)")
         elif group(target) == "stores":
             bad.append(f"{imp} (the engine knows stores by their protocol: stores.base only)")
-        elif group(target) in ("adapters", "installation", "client", "testing"):
+        elif group(target) in ("server", "client", "testing", "_sdk"):
             bad.append(f"{imp} (the engine imports nothing that knows an SDK)")
     return bad
 
@@ -243,9 +246,12 @@ def reachable(start: str, graph: dict[str, set[str]]) -> dict[str, list[str]]:
 
 def test_the_imports_are_read() -> None:
     found = {(i.module, i.target) for i in imports()}
-    assert ("idemtools.adapters.mcp2", "mcp") in found  # module level, third party
-    assert ("idemtools.adapters.mcp2", "mcp_types") in found
-    assert ("idemtools.installation", "idemtools.adapters") in found  # inside install()
+    assert ("idemtools.server.adapters.mcp2", "mcp") in found  # module level, third party
+    assert ("idemtools.server.adapters.mcp2", "mcp_types") in found
+    assert (
+        "idemtools.server.installation",
+        "idemtools.server.adapters",
+    ) in found  # inside install()
     assert ("idemtools.engine.core", "opentelemetry") in found  # under TYPE_CHECKING
     assert ("idemtools.engine.decision", "idemtools.stores.base") in found
 
@@ -254,20 +260,20 @@ def test_every_module_has_a_place_in_the_table() -> None:
     groups = {group(m) for m in import_graph()}
     unplaced = sorted(g for g in groups if g.startswith("unplaced"))
     assert not unplaced, "add to `group` and to docs/architecture.md: " + ", ".join(unplaced)
-    assert groups - set(MAY_IMPORT) == {"facade", "entry points"}
+    assert groups - set(MAY_IMPORT) == {"facade", "cli"}
 
 
 def test_a_bad_import_would_be_found() -> None:
     planted = [
         Import("idemtools.engine.core", 1, "mcp"),
         Import("idemtools.engine.core", 2, "idemtools.stores.memory"),
-        Import("idemtools.engine.core", 3, "idemtools.adapters.mcp2"),
+        Import("idemtools.engine.core", 3, "idemtools.server.adapters.mcp2"),
         Import("idemtools.stores.redis", 4, "idemtools.engine.decision"),
         Import("idemtools.stores.redis", 5, "mcp"),
         Import("idemtools.scopes", 6, "mcp"),
         Import("idemtools.conformance.checks", 7, "idemtools.engine"),
         Import("idemtools.conformance.checks", 8, "idemtools.conformance._server_fixtures"),
-        Import("idemtools.adapters._contact", 9, "mcp"),
+        Import("idemtools.server.adapters._contact", 9, "mcp"),
     ]
     assert len(engine_violations(planted)) == 3
     assert len(store_violations(planted)) == 2
@@ -296,7 +302,7 @@ def test_nothing_the_engine_reaches_imports_an_sdk_a_store_or_an_adapter() -> No
     bad: dict[str, list[str]] = {}  # what is reached → the shortest chain that reaches it
     for start in sorted(m for m in graph if group(m) == "engine"):
         for reached, chain in reachable(start, graph).items():
-            wrong = group(reached) in ("stores", "adapters", "installation", "client", "testing")
+            wrong = group(reached) in ("stores", "server", "client", "testing", "_sdk")
             if (wrong or reached in sdk_users) and len(chain) < len(bad.get(reached, [*chain, ""])):
                 bad[reached] = chain
     shown = [
@@ -338,13 +344,13 @@ def test_importing_the_core_loads_no_sdk() -> None:
         "idemtools.stores.reference",
         "idemtools.docs",
         "idemtools.conformance.cli",
-        "idemtools.keys",
+        "idemtools.cli.keys",
     )
     code = (
         "import sys\n"
         + "".join(f"import {m}\n" for m in modules)
         + f"print(sorted({{n.split('.')[0] for n in sys.modules}} & {set(SDK)!r}))\n"
-        + "print(sorted(n for n in sys.modules if n.startswith('idemtools.adapters')))\n"
+        + "print(sorted(n for n in sys.modules if n.startswith('idemtools.server.adapters')))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60

@@ -4,7 +4,7 @@ Private state changes shape between Python and anyio releases without notice: co
 it breaks a user's server on their next upgrade, with no warning from any type checker. The
 one place idemtools leans on another project's internals on purpose is the SDK adapters, and
 there each internal is named in an `Internal(...)` declaration that `install()` probes, so a
-changed SDK fails loudly at start-up. A name below may appear in `idemtools/adapters/` only
+changed SDK fails loudly at start-up. A name below may appear in `idemtools/server/adapters/` only
 inside such a declaration; anywhere else in the package it fails this test.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import idemtools
 
 PACKAGE = Path(idemtools.__file__).parent
-ADAPTERS = PACKAGE / "adapters"
+ADAPTERS = PACKAGE / "server" / "adapters"
 
 FORBIDDEN = (
     "_enter_task",
@@ -89,7 +89,7 @@ def test_the_scan_finds_each_name_and_excuses_only_a_declared_sdk_internal() -> 
     declared = 'Internal("asyncio.tasks._enter_task", probe)\nasyncio.tasks._enter_task\n'
     assert hits(adapter, declared) == []
     undeclared = 'Internal("something else", probe)\nasyncio.tasks._enter_task\n'
-    assert hits(adapter, undeclared) == ["idemtools/adapters/sdk_example.py:2: _enter_task"]
+    assert hits(adapter, undeclared) == ["idemtools/server/adapters/sdk_example.py:2: _enter_task"]
     # Only the adapters may excuse a name by declaring it.
     assert hits(elsewhere, declared) == [
         "idemtools/engine/example.py:1: _enter_task",

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idemtools import Outcome
+from tests.budget import examples
 
 pytestmark = pytest.mark.sdk_free
 
@@ -32,7 +33,7 @@ json_values = st.recursive(
 json_objects = st.dictionaries(texts, json_values, max_size=5)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(json_objects)
 def test_result_round_trip(result: dict[str, Any]) -> None:
     outcome = Outcome(result=result)
@@ -45,7 +46,7 @@ def test_result_round_trip(result: dict[str, Any]) -> None:
     assert back.to_bytes() == outcome.to_bytes()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(-(2**31), 2**31), texts, json_values)
 def test_error_round_trip(code: int, message: str, data: Any) -> None:
     outcome = Outcome.of_error(code, message, data)
@@ -124,7 +125,7 @@ def test_corrupt_bytes_raise_value_error(stored: bytes) -> None:
         Outcome.from_bytes(stored)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.one_of(st.binary(max_size=64), json_values.map(lambda v: json.dumps(v).encode())))
 def test_arbitrary_bytes_decode_or_raise_value_error(stored: bytes) -> None:
     try:

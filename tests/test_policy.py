@@ -28,7 +28,8 @@ from idemtools import (
     policy_of,
     shared,
 )
-from idemtools.adapters import SDK2
+from idemtools.server.adapters import SDK2
+from tests.budget import examples
 
 
 @pytest.fixture(autouse=True)
@@ -411,7 +412,7 @@ def test_wrong_duration_type_names_the_option(option: str, bad: object) -> None:
             assert "timedelta(hours=24)" in message
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.sampled_from(["retention", "lease"]),
     st.one_of(
@@ -428,7 +429,7 @@ def test_non_positive_or_infinite_durations_name_the_option(option: str, bad: ob
     assert _ACCEPTS in str(caught.value)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.one_of(
         st.floats(min_value=1e-3, max_value=1e9),
@@ -465,7 +466,7 @@ def test_wrong_max_runtime_type_names_the_option(bad: object) -> None:
         assert str(caught.value).startswith(f"max_runtime must be {_ACCEPTS} or None, got")
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.one_of(
         st.floats(max_value=0) | st.just(math.inf) | st.just(math.nan),
@@ -479,7 +480,7 @@ def test_non_positive_or_infinite_max_runtime_is_refused(bad: object) -> None:
     assert str(caught.value).startswith("max_runtime must be a positive, finite duration")
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.one_of(
         st.none(),
@@ -644,7 +645,7 @@ def test_bare_same_named_tools_of_two_servers_each_keep_their_own_policy() -> No
     first, second = server_with_charge(60), server_with_charge(7200)
 
     async def retention_of(server: Any) -> float:
-        from idemtools.installation import installation_of
+        from idemtools.server.installation import installation_of
 
         installation = installation_of(server)
         assert installation is not None

@@ -16,6 +16,7 @@ from idemtools.engine import Engine, ToolCall, _store_name
 from idemtools.outcome import Outcome
 from idemtools.redaction import MASK, redact_url, withhold
 from idemtools.stores import MemoryStore, from_url
+from tests.budget import examples
 
 pytestmark = pytest.mark.sdk_free
 
@@ -110,7 +111,7 @@ def _texts_of(exc: BaseException) -> Iterator[str]:
         current = current.__cause__ or current.__context__
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(password=passwords, scheme=st.sampled_from(SCHEMES), form=st.integers(0, 4))
 def test_from_url_never_echoes_a_password(password: str, scheme: str, form: int) -> None:
     url = list(_spellings(scheme, password))[form]

@@ -23,6 +23,7 @@ from idemtools import (
     shared,
 )
 from idemtools import local_transport as idemtools_local
+from tests.budget import examples
 
 ISSUER = "https://as.example"
 
@@ -135,7 +136,7 @@ def test_local_user_names_this_process_user() -> None:
         assert str(os.getuid()) in value
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.tuples(
         st.none() | st.text(max_size=8),
@@ -298,7 +299,7 @@ def _pair_scope(a: str, b: str) -> str:
     return (left & right)(CallContext())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.text(st.characters(exclude_characters="\x1f"), min_size=1, max_size=6),
     st.text(st.characters(exclude_characters="\x1f"), min_size=1, max_size=6),
@@ -377,7 +378,7 @@ def _value(strategy: Scope, ctx: CallContext) -> str | None:
         return None
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(principals(), principals(), st.sampled_from(sorted(_STRATEGIES)), st.data())
 def test_scopes_are_injective_across_strategies(
     p: CallContext, q: CallContext, first: str, data: Any

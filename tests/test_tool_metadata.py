@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from idemtools import Policy, by_auth_subject, by_client_id, local_user, per_session, scope, shared
 from idemtools.client import ToolIdempotency
 from idemtools.policy import TOOL_META_KEY, tool_metadata
+from tests.budget import examples
 
 
 @scope("per tenant")
@@ -35,7 +36,7 @@ SCOPES = {
 }
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.floats(min_value=1e-3, max_value=1e9) | st.timedeltas(min_value=timedelta(seconds=1)),
     st.sampled_from(sorted(SCOPES)),
@@ -86,7 +87,7 @@ MALFORMED = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(MALFORMED)
 def test_malformed_metadata_reads_as_none(meta: object) -> None:
     assert ToolIdempotency.from_meta(meta) is None

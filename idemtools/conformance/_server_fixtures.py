@@ -14,9 +14,10 @@ from typing import Any
 
 import anyio
 
-from ..adapters import SDK2, lowlevel_of
+from .._sdk import SDK2
 from ..errors import InstallError
-from ..installation import installation_of
+from ..server.adapters import lowlevel_of
+from ..server.installation import installation_of
 from .contract import (
     COUNT,
     DESCRIPTIONS,

@@ -15,7 +15,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from ..installation import installation_of
+from ..server.installation import installation_of
 from .errors import NotInstalledError, ServerImportError, SpecError, not_installed
 
 __all__ = ["load_server", "module_file", "parse_spec"]

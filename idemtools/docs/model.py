@@ -18,8 +18,8 @@ from typing import Any
 
 from .. import bridges
 from ..errors import ErrorCodes
-from ..installation import installation_of
 from ..policy import Policy
+from ..server.installation import installation_of
 from ..stores.base import StoreInfo, TransactionalStore
 from .errors import NotInstalledError, not_installed
 from .examples import example_arguments
@@ -170,6 +170,13 @@ _ERRORS: dict[str, tuple[str, str]] = {
         "The original call ran, but the idempotency store had no room left to keep its answer; "
         "a small marker was kept instead, so it never runs again under this key.",
         "Do not retry with this key: the operation already happened.",
+    ),
+    "idempotency_outcome_unknown": (
+        "The call may have run, and its end was never recorded (the server or its upstream "
+        "stopped mid-call, or the tool ran past its time limit); it is not run again under "
+        "this key.",
+        "Do not retry with this key: check whether the operation took effect, then decide; "
+        "a new key runs it again.",
     ),
 }
 

@@ -25,8 +25,8 @@ from .decision import REPLAY_META_KEY, ToolCall, key_digest
 from .decision import claimed_at as claimed_at
 from .decision import new_owner as new_owner
 
-# Names of the single-module engine that other modules (keys.py, installation.py) and tests
-# import from `idemtools.engine`, kept importable here.
+# Names of the single-module engine that other modules (cli/keys.py, server/installation.py)
+# and tests import from `idemtools.engine`, kept importable here.
 _digest = decision.digest
 _retry_after_ms = decision.retry_after_ms
 _scope_digest = decision.scope_digest

@@ -31,12 +31,10 @@ from ..errors import (
     RefusedError,
     StoreUnavailableError,
 )
-from ..lease_keeper import LeaseKeeper
 from ..outcome import Outcome
 from ..policy import DEFAULT_POLICY, Policy, Registry, authorize_call, default_registry
 from ..scopes import AuthorizeFn
 from ..stores.base import Record, Store
-from ..telemetry import OnOutcome, Telemetry
 from .decision import (
     ToolCall,
     answer_existing,
@@ -48,10 +46,12 @@ from .decision import (
     scope_hash,
 )
 from .execution import Execution, Recording, TransactionalRecording
+from .lease_keeper import LeaseKeeper
 from .lifecycle import Lifecycle
 from .observers import LeaseEvents, Watch, listening_of, observed, observers_of
 from .runtime import on_asyncio, protect, shielded, spawn
 from .store_calls import StoreCalls, original, store_kind
+from .telemetry import OnOutcome, Telemetry
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -99,9 +99,10 @@ class Engine(Lifecycle):
         max_retry_after: upper bound (seconds) of `retryAfterMs` on in-progress refusals.
         authorize: the check run before every keyed call of a tool whose policy has none.
         on_outcome: `hook(tool, kind, context)`, sync or async, told what every keyed call came
-            to (`idemtools.telemetry.OutcomeContext`); what it raises is logged, never answered.
+            to (`idemtools.engine.telemetry.OutcomeContext`); what it raises is logged, never
+            answered.
         tracer_provider: the OpenTelemetry tracer provider to use instead of the global one
-            (see `idemtools.telemetry`).
+            (see `idemtools.engine.telemetry`).
         meter_provider: the meter provider to use instead of the global one.
     """
 

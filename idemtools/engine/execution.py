@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ..errors import OutcomeTooLargeError, StoreUnavailableError
-from ..lease_keeper import Lease, LeaseKeeper
 from ..outcome import Outcome
 from ..policy import Policy
 from ..stores.base import Status
 from .decision import failed, key_digest
+from .lease_keeper import Lease, LeaseKeeper
 from .runtime import cancels_the_execution
 from .store_calls import StoreCalls, original
 

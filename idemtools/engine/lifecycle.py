@@ -2,8 +2,8 @@
 
 In flight counts from the moment a call's claim is sent until its outcome is recorded (or its
 claim released), so that closing never pulls the store from under a claim on its way or an
-outcome being written. A server's lifespan (`idemtools.shutdown`) drains before the event loop
-tears down, which is what lets an execution run to its record however its caller ends.
+outcome being written. A server's lifespan (`idemtools.server.shutdown`) drains before the
+event loop tears down, which is what lets an execution run to its record however its caller ends.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from .decision import key_digest
 from .runtime import on_asyncio, shielded, spawn
 
 if TYPE_CHECKING:
-    from ..lease_keeper import LeaseKeeper
     from .execution import Execution
+    from .lease_keeper import LeaseKeeper
     from .store_calls import StoreCalls
 
 __all__ = ["Lifecycle"]

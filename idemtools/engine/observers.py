@@ -16,11 +16,11 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from ..lease_keeper import Lease
 from ..outcome import Outcome
 from ..policy import Policy
-from ..telemetry import OnOutcome, OutcomeContext, Telemetry, outcome_kind
 from .decision import ToolCall, digest, key_digest
+from .lease_keeper import Lease
+from .telemetry import OnOutcome, OutcomeContext, Telemetry, outcome_kind
 
 if TYPE_CHECKING:
     from . import EngineStats
@@ -227,7 +227,7 @@ class LeaseEvents:
         log.warning("lease lost while running key_digest=%s", key_digest(held.key))
 
     def lapsed(self, held: Lease, late: float) -> None:
-        # The process could not renew in time (see idemtools.lease_keeper).
+        # The process could not renew in time (see idemtools.engine.lease_keeper).
         self.stats.lease_lapses += 1
         self.telemetry.lease_lapsed()
         log.error(

@@ -28,8 +28,8 @@ from ..stores.base import Claim, Record, Store, ToolWrites, TransactionalStore, 
 from .decision import digest
 
 if TYPE_CHECKING:
-    from ..telemetry import Telemetry
     from . import EngineStats
+    from .telemetry import Telemetry
 
 __all__ = ["StoreCalls", "StoreFailure", "original", "store_kind", "store_name"]
 

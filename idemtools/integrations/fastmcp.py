@@ -30,7 +30,7 @@ from fastmcp import Client
 from fastmcp.client.client import CallToolResult
 from fastmcp.client.progress import ProgressHandler
 
-from ..keyed_session import (
+from ..client.keyed_session import (
     DEFAULT_IN_PROGRESS_WAIT,
     DEFAULT_WINDOW,
     KeyedSession,

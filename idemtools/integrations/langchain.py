@@ -35,7 +35,7 @@ from typing import Any, cast
 from langchain_mcp_adapters.interceptors import MCPToolCallRequest  # type: ignore[import-not-found,unused-ignore]  # an optional extra
 from langchain_mcp_adapters.sessions import create_session  # type: ignore[import-not-found,unused-ignore]  # an optional extra
 
-from ..keyed_session import (
+from ..client.keyed_session import (
     DEFAULT_IN_PROGRESS_WAIT,
     DEFAULT_WINDOW,
     KeyedSession,

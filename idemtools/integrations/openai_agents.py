@@ -14,11 +14,12 @@ retried on a freshly created, isolated `ClientSession` (`_call_tool_with_session
 `self.session`. None of those attempts sends a key, so a timed-out charge is charged again.
 
 The rule here: one key per `MCPServer.call_tool`, sent by every attempt inside it whichever
-session carries it (`idemtools.keyed_session.operation`). A timeout inside the loop is exactly
-the unknown outcome the key is for, so the retry replays or waits out `in_progress` instead of
-running again. When the whole call ends with an unknown outcome (the retries ran out) and the
-model calls the tool again with equal arguments within the window, that call reuses the key too
-(`KeyedSession`'s rule); a definite answer makes the next equal call a new operation.
+session carries it (`idemtools.client.keyed_session.operation`). A timeout inside the loop is
+exactly the unknown outcome the key is for, so the retry replays or waits out `in_progress`
+instead of running again. When the whole call ends with an unknown outcome (the retries ran
+out) and the model calls the tool again with equal arguments within the window, that call
+reuses the key too (`KeyedSession`'s rule); a definite answer makes the next equal call a new
+operation.
 
 The hooks: `server.call_tool` (public) and, where the class retries on isolated sessions,
 `_call_tool_with_session(session, tool_name, arguments, meta)` (private): `keyed()` checks it is
@@ -32,7 +33,7 @@ from typing import Any, TypeVar
 
 from agents.mcp import MCPServer  # type: ignore[import-not-found,unused-ignore]  # an optional extra
 
-from ..keyed_session import (
+from ..client.keyed_session import (
     DEFAULT_IN_PROGRESS_WAIT,
     DEFAULT_WINDOW,
     KeyedSession,

@@ -32,7 +32,7 @@ from typing import Any, cast
 from fastmcp import Client
 from pydantic_ai.mcp import MCPToolset  # type: ignore[import-not-found,unused-ignore]  # an optional extra
 
-from ..keyed_session import DEFAULT_IN_PROGRESS_WAIT, DEFAULT_WINDOW
+from ..client.keyed_session import DEFAULT_IN_PROGRESS_WAIT, DEFAULT_WINDOW
 from .fastmcp import KeyedClient
 
 __all__ = ["KeyedMCPToolset"]

@@ -469,7 +469,7 @@ class RedisStore:
         Built from this client's connection settings; for a `RedisCluster`, a small cluster
         client of its own on the same nodes. None when the settings cannot be carried over
         (a TLS cluster): renewals then go through the server's own event loop (see
-        `idemtools.lease_keeper`).
+        `idemtools.engine.lease_keeper`).
         """
         if self._gate is not None:
             return self._keeper_store(cluster.keeper_cluster(self._client))  # type: ignore[arg-type]

@@ -26,8 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import idemtools
-from idemtools.adapters import SDK2
 from idemtools.conformance import add_fixture_tools
+from idemtools.server.adapters import SDK2
 
 
 def lowlevel(argv: list[str]) -> None:

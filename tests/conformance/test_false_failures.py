@@ -13,6 +13,7 @@ from idemtools.conformance.catalogue import CHECKS, SCENARIOS
 from idemtools.conformance.contract import RECORD, THROW, throw_count
 from idemtools.conformance.probe import probe
 from idemtools.conformance.runner import _gate
+from tests.budget import examples
 
 from .scripted import Scripted, ScriptedWire, judge
 
@@ -169,7 +170,7 @@ results = st.dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(results, st.sampled_from(sorted(DEFAULTS)))
 def test_the_allowance_is_exactly_a_default_member_present_in_one_only(
     result: dict[str, Any], member: str

@@ -9,7 +9,6 @@ import pytest
 
 import idemtools
 from idemtools import InstallError
-from idemtools.adapters import SDK2
 from idemtools.conformance import FIXTURE_TOOLS, add_fixture_tools
 from idemtools.conformance.contract import (
     SCHEMAS,
@@ -18,6 +17,7 @@ from idemtools.conformance.contract import (
     executions_of,
     throw_count,
 )
+from idemtools.server.adapters import SDK2
 
 from ..e2e.harness import LINE, memory_wire
 

@@ -28,6 +28,7 @@ from idemtools.conformance.report import (
     Result,
 )
 from idemtools.conformance.wire import Raw, _sse_reply, encode
+from tests.budget import examples
 
 from .kit import PY, free_port, run_kit
 
@@ -278,7 +279,7 @@ results = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(results, st.frozensets(st.sampled_from(sorted(CHECKS)), max_size=4), st.booleans())
 def test_exit_code_is_unexpected_must_failures_stale_baseline_or_required_skips(
     found: list[Result], expected: frozenset[str], require_all: bool
@@ -409,8 +410,8 @@ KIT_MODULES = [
 FORBIDDEN = (
     "idemtools.engine",
     "idemtools.stores",
-    "idemtools.adapters",
-    "idemtools.installation",
+    "idemtools.server.adapters",
+    "idemtools.server.installation",
     "idemtools.policy",
     "idemtools.scopes",
     "idemtools.canonical",

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from idemtools.cli import main as cli_main
 from idemtools.conformance.runner import DEFAULT_DEADLINE, Options
 from idemtools.conformance.wire import RAW_TEXT, Noise, StdioWire, WireError, _SseEvents
+from tests.budget import examples
 
 pytestmark = pytest.mark.sdk_free
 
@@ -50,7 +51,7 @@ def render(line: tuple[Any, ...]) -> bytes:
     return json.dumps(body).encode()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(lines, st.lists(st.integers(0, 10**6), max_size=20))
 @example([("big", 31, CAP), ("big", 31, CAP), ("answer", 1, 0)], [])  # a late one: no harm
 @example([("big", 31, 2 * CAP)], [7, CAP + 3])

@@ -25,8 +25,8 @@ from mcp.shared.message import SessionMessage
 
 import idemtools
 from idemtools import idempotent, shared
-from idemtools.adapters import SDK2
-from idemtools.adapters import lowlevel_of as sdk_lowlevel_of
+from idemtools.server.adapters import SDK2
+from idemtools.server.adapters import lowlevel_of as sdk_lowlevel_of
 from idemtools.stores.base import Store
 
 LINE = 2 if importlib.util.find_spec("mcp_types") is not None else 1

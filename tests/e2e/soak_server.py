@@ -17,7 +17,7 @@ import uvicorn
 
 import idemtools
 from idemtools import idempotent, shared
-from idemtools.adapters import SDK2
+from idemtools.server.adapters import SDK2
 from idemtools.stores import from_url
 from tests.e2e.harness import LINE, _Server
 

@@ -16,9 +16,9 @@ import pytest
 
 import idemtools
 from idemtools import Registry, bridges, idempotent
-from idemtools.adapters import SDK2
 from idemtools.client import call_tool
 from idemtools.policy import TOOL_META_KEY
+from idemtools.server.adapters import SDK2
 
 from .harness import LINE, _Server, types
 from .lossy import Loss, lossy_session, read_timeout

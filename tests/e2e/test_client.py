@@ -10,9 +10,9 @@ import anyio
 import pytest
 
 import idemtools
-from idemtools.adapters import SDK2
 from idemtools.client import NO_RETRY, RetryPolicy, advertises_idempotency, call_tool, new_key
 from idemtools.errors import ConflictError, InProgressError, KeyInvalidError
+from idemtools.server.adapters import SDK2
 
 from .harness import App, make_app
 

@@ -20,7 +20,6 @@ from idemtools import (
     per_session,
     shared,
 )
-from idemtools.adapters import SDK2
 from idemtools.client import (
     NO_RETRY,
     RetryPolicy,
@@ -31,6 +30,7 @@ from idemtools.client import (
     tool_idempotency,
 )
 from idemtools.policy import TOOL_META_KEY
+from idemtools.server.adapters import SDK2
 from idemtools.testing import connect
 
 from .harness import LINE, _Server, make_app

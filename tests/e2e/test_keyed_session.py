@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from idemtools import IdempotencyNotSupportedError
-from idemtools.keyed_session import KeyedSession, RetryKeys, classify
+from idemtools.client.keyed_session import KeyedSession, RetryKeys, classify
 
 from .harness import LINE, _Server, make_app
 from .lossy import Loss, lossy_session, read_timeout

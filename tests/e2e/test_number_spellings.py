@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from idemtools.adapters import SDK2
+from idemtools.server.adapters import SDK2
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = ROOT / "examples" / "payments_server.py"

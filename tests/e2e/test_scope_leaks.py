@@ -23,9 +23,9 @@ import pytest
 import idemtools
 import idemtools.stores
 from idemtools import by_client_id, idempotent, per_session
-from idemtools.adapters import SDK2
 from idemtools.client import NO_RETRY, call_tool
 from idemtools.errors import ScopeUnavailableError
+from idemtools.server.adapters import SDK2
 
 from .harness import (
     ERAS,

@@ -14,7 +14,7 @@ import pytest
 
 import idemtools
 from idemtools import by_auth_subject, idempotent, per_session, shared
-from idemtools.adapters import SDK2
+from idemtools.server.adapters import SDK2
 
 from .harness import LEGACY, LINE, http_wire, serve_asgi
 

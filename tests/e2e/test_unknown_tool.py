@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import idemtools
-from idemtools.adapters import SDK2
+from idemtools.server.adapters import SDK2
 
 from .harness import make_app, memory_wire, result_text, types
 

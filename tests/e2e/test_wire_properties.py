@@ -14,6 +14,8 @@ import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.budget import examples
+
 from .harness import error_type, make_app, memory_wire
 
 scalars = st.one_of(
@@ -77,7 +79,7 @@ async def _send_twice(first: Any, second: Any) -> tuple[dict[str, Any], dict[str
     return a, b, app.count("echo")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(args=arguments, seed=st.integers(0, 2**32 - 1))
 def test_respelled_arguments_replay(args: dict[str, Any], seed: int) -> None:
     again = respell(args, random.Random(seed))
@@ -87,7 +89,7 @@ def test_respelled_arguments_replay(args: dict[str, Any], seed: int) -> None:
     assert runs == 1
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(args=arguments, seed=st.integers(0, 2**32 - 1))
 def test_any_changed_value_conflicts(args: dict[str, Any], seed: int) -> None:
     other = changed(args, random.Random(seed))

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idemtools.engine.runtime import cancel_pending
+from tests.budget import examples
 
 # Each level: (cancelled, shielded).
 Levels = Sequence[tuple[bool, bool]]
@@ -39,7 +40,7 @@ async def _check(levels: Levels) -> tuple[bool, bool]:
     return answers[0] if answers else (True, True)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=6))
 def test_true_exactly_when_anyio_would_cancel(levels: list[tuple[bool, bool]]) -> None:
     said, cancelled = anyio.run(_check, levels, backend="asyncio")

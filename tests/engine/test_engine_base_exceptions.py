@@ -202,7 +202,7 @@ def test_cancelling_the_execution_task_itself_still_propagates(tmp_path: Path) -
 @pytest.mark.sdk
 def test_through_the_sdk_a_cancelled_future_is_replayed_not_rerun() -> None:
     # The same path through a real mcp 2.x server (in-memory transport) and the client helper.
-    from idemtools.adapters import SDK2
+    from idemtools.server.adapters import SDK2
 
     if not SDK2 or sys.version_info < (3, 11):
         pytest.skip("mcp 2.x in-memory Client, Python 3.11+")

@@ -6,7 +6,7 @@ backends to the same behaviour: a call longer than its lease keeps its claim (th
 in progress and no other owner can claim it), a short call is never renewed, nothing is renewed
 once the call has ended (a renewal still under way then is fenced by the store), a lost claim
 stops renewal, and a failing renewal is logged, counted and retried. Blocking tools:
-tests/test_lease_keeper.py.
+tests/engine/test_lease_keeper.py.
 
 Each test is a plain function running `anyio.run(..., backend=...)`, so it does not depend on
 which async pytest plugin is active.

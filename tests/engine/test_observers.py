@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from idemtools import CallContext, Engine, Outcome, Policy, Registry
 from idemtools.engine import ToolCall
 from idemtools.engine.observers import OutcomeHook, listening_of, observed
+from idemtools.engine.telemetry import Telemetry
 from idemtools.stores import MemoryStore
-from idemtools.telemetry import Telemetry
 
 POLICY = Policy.of(retention=600, lease=30)
 OK = Outcome(result={"content": [], "isError": False})

@@ -21,7 +21,7 @@ from idemtools import (
     per_session,
     scope,
 )
-from idemtools.adapters import SDK2
+from idemtools.server.adapters import SDK2
 
 if SDK2:  # mcp 2.x
     from mcp.server.mcpserver import MCPServer as _Server

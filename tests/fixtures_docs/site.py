@@ -40,7 +40,7 @@ def require_mkdocs(*extra_modules: str) -> None:
         pytest.fail(
             "the 'idemtools' mkdocs plugin entry point is not registered: add "
             '[project.entry-points."mkdocs.plugins"] idemtools = '
-            '"idemtools.mkdocs_plugin:IdemtoolsPlugin" and pip install -e .'
+            '"idemtools.docs.mkdocs_plugin:IdemtoolsPlugin" and pip install -e .'
         )
 
 

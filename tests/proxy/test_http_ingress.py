@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from idemtools.proxy.config import ProxyConfig
+from tests.budget import examples
 
 from .edge import EchoUpstream, echo_upstream, serving
 from .test_http_edge import post
@@ -81,7 +82,7 @@ def front() -> Iterator[tuple[str, EchoUpstream]]:
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

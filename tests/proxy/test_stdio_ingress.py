@@ -16,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.budget import examples
+
 from .helpers import Session, executions, received
 from .test_stdio import start
 
@@ -177,7 +179,7 @@ def test_no_message_carrying_a_keyed_call_reaches_the_upstream_unchecked(tmp_pat
         s.initialize()
 
         @settings(
-            max_examples=60,
+            max_examples=examples(60),
             deadline=None,
             database=None,
             suppress_health_check=[HealthCheck.too_slow],

@@ -11,6 +11,7 @@ from idemtools.errors import QuotaExceededError, StoreFullError
 from idemtools.outcome import TOMBSTONE_RESERVE
 from idemtools.stores.base import Store
 from idemtools.stores.memory import MemoryStore, _pack, _scope_of
+from tests.budget import examples
 
 from .conformance import FakeClock, StoreConformance
 from .flood import flood_scenario
@@ -64,7 +65,7 @@ def _run(coro: Any) -> Any:
     raise AssertionError("a MemoryStore operation suspended")
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(ops=_OPS, quota=st.sampled_from([None, 2]), share=st.sampled_from(["share", 1500]))
 def test_claim_accounting_matches_what_is_held(
     ops: list[tuple[str, int, int]], quota: int | None, share: Any
@@ -136,7 +137,7 @@ def _near_hex(size: int) -> Any:
     return exact | st.text(chars, min_size=size - 1, max_size=size + 1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(fingerprint=_near_hex(64), owner=_near_hex(32))
 def test_pack_is_the_round_trip(fingerprint: str, owner: str) -> None:
     """`_pack`, and its copy inline in `claim`, pack exactly what the round trip packed."""

@@ -20,6 +20,7 @@ from idemtools.errors import QuotaExceededError, StoreFullError
 from idemtools.stores.base import FullStore, Status, Store
 from idemtools.stores.memory import MemoryStore
 from idemtools.stores.reference import ReferenceStore
+from tests.budget import examples
 
 from .conformance import FakeClock, StoreConformance
 
@@ -174,13 +175,13 @@ def differ(
 _OPS = st.lists(_OP, max_size=80)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ops=_OPS)
 def test_memory_store_answers_as_the_reference(ops: list[tuple[str, int, int, int, float]]) -> None:
     differ(ops, max_records=None, quota=None)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ops=_OPS, max_records=st.sampled_from([None, 3, 6]), quota=st.sampled_from([None, 1, 2]))
 def test_memory_store_refuses_as_the_reference(
     ops: list[tuple[str, int, int, int, float]], max_records: int | None, quota: int | None

@@ -19,7 +19,7 @@ from idemtools import (
     per_session,
     shared,
 )
-from idemtools.telemetry import OutcomeKind
+from idemtools.engine.telemetry import OutcomeKind
 
 registry = Registry()
 

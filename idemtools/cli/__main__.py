@@ -1,0 +1,7 @@
+"""`python -m idemtools.cli`: the `idemtools` command."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())

@@ -1,0 +1,371 @@
+"""The lease keeper: renews the claims of running calls from its own thread and event loop.
+
+Why a thread: a claim's lease must be renewed while its tool runs, *whether or not the tool
+blocks the event loop* (docs/contract.md, Time). A sync `def` tool on mcp 1.x FastMCP runs inline on
+the loop, and any async tool may call a blocking client; a renewal scheduled on that same loop
+would wait for the tool to finish, the lease would run out, and a retry elsewhere would run the
+tool a second time. So renewals live here, on one daemon thread with its own asyncio loop and
+its own store connection (`Store.for_lease_keeper()`), for every live claim of one engine.
+
+Cost on the call path: `hold` and `drop` are a lock, a dict write and (only when the keeper has
+nothing earlier to do) a wake-up of the thread. Short calls, the common case, end long before
+their first renewal is due and never cause any I/O here.
+
+What a thread cannot do: run while another thread holds the GIL. One long C call that never
+releases it (a catastrophic regex, `json` or `sorted` on huge data, some extensions) starves the
+keeper, the lease runs out, and another instance sharing the store may claim the key and run
+the tool a second time. That is not prevented here; it is never silent either: every renewal
+(and every completion) later than the lease allows is reported to `on_lapse` with how late it
+was, and the engine logs it at ERROR (`lease lapsed`) and counts it (`stats.lease_lapses`).
+
+Where a store cannot give the keeper its own connection (`for_lease_keeper()` returns None),
+renewals are sent to the engine's own asyncio loop instead, as before: a blocked loop then
+delays them, and late completion (a store records an outcome whose lease ran out while nobody
+else claimed the key) is what still saves the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from ..stores.base import Store, lease_keeper_store
+
+__all__ = ["IDLE_EXIT", "RETRY_FRACTION", "Lease", "LeaseKeeper"]
+
+log = logging.getLogger("idemtools")
+
+RETRY_FRACTION = 0.1
+"""After a failed renewal the next one is due in lease × this (instead of lease / 3)."""
+
+IDLE_EXIT = 10.0
+"""Seconds without any claim to renew after which the keeper's thread ends (it starts again on
+the next claim): an idle server, or a test suite with many engines, keeps no thread around."""
+
+
+class Lease:
+    """One live claim the keeper renews: every `lease / 3` seconds until it is dropped."""
+
+    __slots__ = (
+        "claimed",
+        "deadline",
+        "done",
+        "due",
+        "key",
+        "lease",
+        "loop",
+        "owner",
+        "renewed_at",
+        "renewing",
+        "reported",
+        "scope",
+        "tool",
+    )
+
+    def __init__(
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        lease: float,
+        due: float,
+        loop: asyncio.AbstractEventLoop | None,
+        deadline: float | None = None,
+        tool: str = "",
+    ) -> None:
+        self.scope = scope
+        self.key = key
+        self.owner = owner
+        self.lease = lease
+        self.due = due
+        self.loop = loop  # the caller's asyncio loop, for stores without a keeper connection
+        self.done = False  # dropped by the engine: a renewal still under way is ignored
+        self.renewing = False  # a renewal is under way: never two at once for one claim
+        # When the lease was last known to be extended: the send of the claim or of the last
+        # renewal that succeeded (the store extends it on arrival, a little later). A renewal
+        # or completion past `renewed_at + lease` may have found the lease lapsed.
+        self.renewed_at = due - lease / 3
+        self.reported = -1.0  # the `renewed_at` whose lapse was reported: once per gap
+        # Held before the claim is sent (the loop may block between the claim landing and the
+        # engine seeing the answer); until the engine confirms it, "not held" is no loss. The
+        # engine clears it again while it records the outcome.
+        self.claimed = False
+        # time.monotonic() past which it is no longer renewed (the policy's max_runtime), and
+        # the tool it runs, for the engine's ERROR.
+        self.deadline = deadline
+        self.tool = tool
+
+
+class LeaseKeeper:
+    """Renews every live claim of one store from a daemon thread; see the module docstring.
+
+    Args:
+        store: the engine's store; the keeper asks it for a connection of its own.
+        on_lost: called (on the keeper thread) when a renewal found the claim taken by
+            another owner: the engine counts it and logs it.
+        on_error: called (on the keeper thread) when a renewal failed; it is tried again at
+            the next interval.
+        on_lapse: called with (lease, seconds late) when a renewal or the completion came later
+            than the lease allows (the process could not renew in time: a tool holding the GIL,
+            a paused process, an unreachable store); once per gap, from whichever thread saw it.
+            By default logged at ERROR.
+        timed: `timed("renew", awaitable)` wraps each renewal (the engine's telemetry times
+            store operations); by default the renewal itself.
+        on_overrun: called (on the keeper thread) when a claim's renewal fell due past its
+            `max_runtime`: it is not renewed any more (and lapses by lease).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        on_lost: Callable[[Lease], None],
+        on_error: Callable[[Lease, BaseException], None],
+        on_lapse: Callable[[Lease, float], None] | None = None,
+        timed: Callable[[str, Awaitable[bool]], Awaitable[bool]] = lambda _op, op: op,
+        on_overrun: Callable[[Lease], None] = lambda _held: None,
+    ) -> None:
+        self._on_overrun = on_overrun
+        self._source = store
+        self._timed = timed
+        self._on_lost = on_lost
+        self._on_error = on_error
+        self._on_lapse = on_lapse if on_lapse is not None else _log_lapse
+        self._lock = threading.Lock()
+        self._live: set[Lease] = set()  # by identity: a claim's Lease is its own handle
+        self._target: float | None = None  # when the thread wakes next by itself
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._closing = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def live(self) -> int:
+        """Claims being renewed now."""
+        return len(self._live)
+
+    # -- the call path (any thread) --------------------------------------------------------
+
+    def hold(
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        lease: float,
+        max_runtime: float | None = None,
+        tool: str = "",
+    ) -> Lease:
+        """Start renewing a claim just made; `drop` it when the call has ended. With
+        `max_runtime`, renewals stop that many seconds from now."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # trio: no asyncio loop to fall back to
+            loop = None
+        now = time.monotonic()
+        due = now + lease / 3
+        held = Lease(
+            scope,
+            key,
+            owner,
+            lease,
+            due,
+            loop,
+            None if max_runtime is None else now + max_runtime,
+            tool,
+        )
+        with self._lock:
+            if self._closing:
+                return held  # shutting down: the engine refuses new calls; nothing to renew
+            self._live.add(held)
+            wake = self._target is None or due < self._target
+            if wake:
+                self._target = due
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._main, name="idemtools-lease-keeper", daemon=True
+                )
+                self._thread.start()
+                wake = False  # the new thread reads the schedule when it starts
+            target_loop, event = self._loop, self._wake
+        if wake and target_loop is not None and event is not None:
+            with contextlib.suppress(RuntimeError):  # the keeper's loop just closed
+                target_loop.call_soon_threadsafe(event.set)
+        return held
+
+    def check(self, held: Lease, now: float | None = None) -> None:
+        """Report a lapse if `held`'s lease ran out before `now` (default: the clock).
+
+        The engine calls it when the tool returns: a keeper starved all along (by a tool that
+        held the GIL) may not have run since, and a completion past the lease has lapsed too.
+        """
+        late = self._lapse(held, time.monotonic() if now is None else now)
+        if late is not None:
+            self._on_lapse(held, late)
+
+    def _lapse(self, held: Lease, now: float) -> float | None:
+        """Seconds past the lease at `now`, once per gap; None when in time or reported."""
+        late = now - held.renewed_at - held.lease
+        if late <= 0 or not held.claimed or held.done:
+            return None
+        with self._lock:
+            if held.reported == held.renewed_at:
+                return None
+            held.reported = held.renewed_at
+        return late
+
+    def drop(self, held: Lease) -> None:
+        """Stop renewing: the call ended (its outcome is about to be recorded, or released)."""
+        held.done = True
+        lock = self._lock
+        lock.acquire()  # not `with`: see `hold`
+        try:
+            self._live.discard(held)
+        finally:
+            lock.release()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the thread (after renewals under way end) and close its store connection."""
+        with self._lock:
+            self._closing = True
+            thread, target_loop, event = self._thread, self._loop, self._wake
+        if thread is None:
+            return
+        if target_loop is not None and event is not None:
+            with contextlib.suppress(RuntimeError):
+                target_loop.call_soon_threadsafe(event.set)
+        thread.join(timeout)
+
+    # -- the keeper thread -----------------------------------------------------------------
+
+    def _main(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        wake = asyncio.Event()
+        idle_since: float | None = None
+        store = self._open_store()
+        with self._lock:
+            self._loop, self._wake = asyncio.get_running_loop(), wake
+        try:
+            while True:
+                wake.clear()
+                with self._lock:
+                    if self._closing:
+                        break
+                    idle = idle_since is not None and time.monotonic() - idle_since >= IDLE_EXIT
+                    if idle and not self._live:
+                        # Nothing to renew for a while: end the thread; `hold` starts a new
+                        # one when a claim needs it.
+                        self._thread = None
+                        self._loop = self._wake = None
+                        break
+                    now = time.monotonic()
+                    due = [h for h in self._live if h.due <= now and not h.renewing]
+                    overrun = [h for h in due if h.deadline is not None and now >= h.deadline]
+                    for held in overrun:  # past max_runtime: no more renewals
+                        self._live.discard(held)
+                        due.remove(held)
+                    for held in due:
+                        held.due = now + held.lease / 3
+                        held.renewing = True
+                    target = min((h.due for h in self._live), default=None)
+                    if target is None:
+                        idle_since = now if idle_since is None else idle_since
+                        target = now + IDLE_EXIT
+                    else:
+                        idle_since = None
+                    # When this thread wakes by itself: `hold` wakes it earlier only for a
+                    # renewal due before then (not for every call: most end long before).
+                    self._target = target
+                for held in overrun:
+                    try:
+                        self._on_overrun(held)
+                    except Exception:  # a callback's bug must not stop every other renewal
+                        log.exception("lease keeper: on_overrun failed")
+                for held in due:
+                    late = self._lapse(held, now)
+                    if late is not None:
+                        self._on_lapse(held, late)
+                    task = asyncio.create_task(self._renew(store, held, now))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                timeout = max(0.0, target - time.monotonic())
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout)
+        finally:
+            if self._tasks:
+                await asyncio.wait(set(self._tasks), timeout=5.0)
+            if store is not None and store is not self._source:
+                try:
+                    await store.aclose()
+                except Exception as exc:
+                    log.warning("lease keeper: closing its store connection failed: %r", exc)
+
+    def _open_store(self) -> Store | None:
+        try:
+            store: Store | None = lease_keeper_store(self._source)
+        except Exception as exc:
+            log.error(
+                "lease keeper: %s store could not open a connection of its own (%r); "
+                "renewals go through the server's event loop",
+                self._source.kind,
+                exc,
+            )
+            return None
+        return store
+
+    async def _renew(self, store: Store | None, held: Lease, sent: float) -> None:
+        try:
+            ok = await self._timed(
+                "renew",
+                store.renew(held.scope, held.key, held.owner, held.lease)
+                if store is not None
+                else self._renew_on_caller_loop(held),
+            )
+        except Exception as exc:
+            if not held.done:
+                self._on_error(held, exc)
+                # Try again soon, not a whole interval later: a store that is back within the
+                # lease (a restart, a failover) must see the renewal before the lease ends.
+                with self._lock:
+                    held.due = min(held.due, time.monotonic() + held.lease * RETRY_FRACTION)
+                if self._wake is not None:
+                    self._wake.set()
+        else:
+            if ok:
+                # Through the caller's loop a renewal may wait behind a blocked tool: one that
+                # succeeded only after the lease ran out had lapsed all the same.
+                late = self._lapse(held, time.monotonic())
+                if late is not None:
+                    self._on_lapse(held, late)
+                held.renewed_at = max(held.renewed_at, sent)
+            elif not held.done and held.claimed:
+                self.drop(held)
+                self._on_lost(held)
+        finally:
+            held.renewing = False
+
+    async def _renew_on_caller_loop(self, held: Lease) -> bool:
+        if held.loop is None:
+            return True  # trio, and no connection of our own: late completion covers it
+        coro: Coroutine[Any, Any, bool] = self._source.renew(
+            held.scope, held.key, held.owner, held.lease
+        )
+        future = asyncio.run_coroutine_threadsafe(coro, held.loop)
+        return await asyncio.wrap_future(future)
+
+
+def _log_lapse(held: Lease, late: float) -> None:
+    log.error(
+        "lease lapsed for a running call: renewed %.3f s late (lease %.3f s); another instance "
+        "may have run it a second time (a tool holding the GIL or a paused process cannot "
+        "renew)",
+        late,
+        held.lease,
+    )
