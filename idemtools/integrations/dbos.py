@@ -64,9 +64,7 @@ def step_key(name: str, arguments: Mapping[str, Any] | None = None) -> str:
     For clients other than an mcp session: `idemtools.client.call_tool(..., idempotency_key=
     step_key(name, arguments))`."""
     status = DBOS.step_status
-    calls = attempt_calls(
-        ENGINE, step_identity(), status, getattr(status, "current_attempt", None)
-    )
+    calls = attempt_calls(ENGINE, step_identity(), status, getattr(status, "current_attempt", None))
     return calls.key(name, arguments)
 
 

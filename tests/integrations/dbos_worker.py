@@ -25,9 +25,7 @@ import anyio
 import sqlalchemy
 from dbos import DBOS, SetWorkflowID
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-
-import durable_dbos  # noqa: E402
+from examples import durable_dbos
 
 
 @sqlalchemy.event.listens_for(sqlalchemy.engine.Engine, "connect")
@@ -62,7 +60,7 @@ async def start(workflow_id: str, amount: int, unkeyed: bool) -> str:
 async def recover(workflow_ids: list[str], starts: list[str]) -> list[str]:
     results = []
     for workflow_id in workflow_ids:
-        handle = await DBOS.retrieve_workflow_async(workflow_id)
+        handle: Any = await DBOS.retrieve_workflow_async(workflow_id)
         results.append(str(await handle.get_result()))
     for start_arg in starts:
         workflow_id, amount = start_arg.split(":")

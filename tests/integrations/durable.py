@@ -1,4 +1,4 @@
-"""What the durable-workflow proofs share: the payments server process, worker processes, the ledger."""
+"""What the durable-workflow proofs share: the payments server, worker processes, the ledger."""
 
 from __future__ import annotations
 

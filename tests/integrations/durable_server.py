@@ -30,16 +30,13 @@ KILL = Path(os.environ["DURABLE_KILL"])
 server = MCPServer("durable-payments")
 
 
-@server.tool()
-@idempotent(retention=timedelta(hours=1), lease=timedelta(seconds=30), scope=shared)
-async def charge(amount: int, currency: str = "usd") -> str:
-    """Charge a card: each execution is one more line in the ledger (#n: n-th of this amount)."""
+def _execute(amount: int, currency: str) -> int:
+    """The side effect, then the kill if armed; returns this amount's execution count."""
     with LEDGER.open("a", encoding="utf-8") as ledger:
         ledger.write(json.dumps({"amount": amount, "currency": currency}) + "\n")
         ledger.flush()
         os.fsync(ledger.fileno())
     lines = LEDGER.read_text(encoding="utf-8").splitlines()
-    executions = sum(json.loads(line)["amount"] == amount for line in lines)
     try:
         pid = int(KILL.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -47,7 +44,14 @@ async def charge(amount: int, currency: str = "usd") -> str:
     if pid:
         KILL.unlink()
         os.kill(pid, signal.SIGKILL)
-    return f"charged {amount} {currency} (charge #{executions})"
+    return sum(json.loads(line)["amount"] == amount for line in lines)
+
+
+@server.tool()
+@idempotent(retention=timedelta(hours=1), lease=timedelta(seconds=30), scope=shared)
+async def charge(amount: int, currency: str = "usd") -> str:
+    """Charge a card: each execution is one more line in the ledger (#n: n-th of this amount)."""
+    return f"charged {amount} {currency} (charge #{_execute(amount, currency)})"
 
 
 install(server, store=from_url(os.environ["IDEMTOOLS_STORE"]))

@@ -20,9 +20,7 @@ from typing import Any
 import anyio
 from langgraph.func import entrypoint, task
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-
-import durable_langgraph  # noqa: E402
+from examples import durable_langgraph
 
 
 @task
