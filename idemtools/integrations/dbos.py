@@ -40,7 +40,7 @@ from dbos import DBOS  # type: ignore[import-not-found,unused-ignore]  # an opti
 from ..keyed_session import KeyedSession
 from ._durable import attempt_calls
 
-__all__ = ["keyed_call", "step_identity", "step_key"]
+__all__ = ["key_for", "keyed_call", "step_identity", "step_key"]
 
 ENGINE = "dbos"
 
@@ -66,6 +66,17 @@ def step_key(name: str, arguments: Mapping[str, Any] | None = None) -> str:
     status = DBOS.step_status
     calls = attempt_calls(ENGINE, step_identity(), status, getattr(status, "current_attempt", None))
     return calls.key(name, arguments)
+
+
+def key_for(name: str, arguments: Mapping[str, Any] | None) -> str | None:
+    """`step_key` inside a DBOS step, None elsewhere: a `key_for=` for clients that take one.
+
+    `KeyedMCPToolset(url, id=..., key_for=key_for)` under pydantic-ai's `DBOSAgent`: the
+    agent runs each MCP tool call as a DBOS step, so the call sends this step's derived key;
+    outside a step (None) the client's own rule picks the key."""
+    if DBOS.workflow_id is None or DBOS.step_id is None:
+        return None
+    return step_key(name, arguments)
 
 
 async def keyed_call(

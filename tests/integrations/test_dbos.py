@@ -98,3 +98,29 @@ def test_a_recovered_step_runs_the_tool_once_with_the_key_and_twice_without(
     # A new workflow id is a new operation.
     assert new_result == "order paid: charged 44 usd (charge #1)"
     assert payments.charges(44) == 1
+
+
+def test_pydantic_ai_dbos_agent_with_the_derived_key_runs_the_tool_once(
+    payments: Payments, tmp_path: Path
+) -> None:
+    """pydantic-ai's `DBOSAgent` runs each MCP tool call as a DBOS step; `KeyedMCPToolset`
+    with `key_for=idemtools.integrations.dbos.key_for` sends that step's derived key. Without
+    it, KeyedSession's in-memory rule picks a key the recovering process cannot know."""
+    pytest.importorskip("pydantic_ai.durable_exec.dbos", reason="pydantic-ai is not installed")
+    pytest.importorskip("fastmcp", reason="fastmcp is not installed (the pydantic-ai extra)")
+    env = {**payments.env(), "DBOS_SYSTEM_DATABASE_URL": f"sqlite:///{tmp_path / 'dbos.sqlite'}"}
+    log = payments.log.with_name("workers.log")
+    derived, rule = (f"agent-{uuid.uuid4().hex[:8]}-{n}" for n in range(2))
+
+    for run in (["start", derived, "45", "--agent"], ["start", rule, "46", "--agent-rule"]):
+        finished = run_worker(WORKER, [*run, "--arm"], env, log)
+        assert finished.returncode == -signal.SIGKILL, finished.stderr[-3000:]
+    assert (payments.charges(45), payments.charges(46)) == (1, 1)
+
+    derived_result, rule_result = results_of(
+        run_worker(WORKER, ["recover", derived, rule], env, log)
+    )
+    assert derived_result == "order paid: charged 45 usd (charge #1)"
+    assert payments.charges(45) == 1, "the recovered tool-call step sent the same key"
+    assert rule_result == "order paid: charged 46 usd (charge #2)"
+    assert payments.charges(46) == 2, "the in-memory rule's key died with the worker"
