@@ -68,7 +68,7 @@ def _agents() -> dict[str, Any]:
         return {}
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        parts = [part for message in messages for part in message.parts]
+        parts: list[Any] = [part for message in messages for part in message.parts]
         returns = [p for p in parts if getattr(p, "part_kind", "") == "tool-return"]
         if returns:
             return ModelResponse(parts=[TextPart(f"order paid: {returns[-1].content}")])

@@ -37,7 +37,9 @@ def test_every_part_of_the_material_changes_the_key(
     assert key == derive_key(engine, identity, index, name, dict(reversed(arguments.items())))
     assert key.startswith("step-") and len(key) == 5 + 64
     changed = data.draw(st.sampled_from(["engine", "identity", "index", "name", "arguments"]))
-    other = dict(engine=engine, identity=identity, index=index, name=name, arguments=arguments)
+    other: dict[str, Any] = dict(
+        engine=engine, identity=identity, index=index, name=name, arguments=arguments
+    )
     other[changed] = {
         "engine": engine + "x",
         "identity": [*identity, ""],
