@@ -23,10 +23,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import httpx2  # mcp 2.x's HTTP client
 from dbos import DBOS, SetWorkflowID
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from idemtools.integrations.dbos import keyed_call
 
@@ -37,7 +37,9 @@ async def payments() -> AsyncIterator[Any]:
     url = os.environ.get("PAYMENTS_URL", "http://127.0.0.1:8765/mcp")
     token = os.environ.get("PAYMENTS_TOKEN", "demo-checkout")
     async with (
-        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
+        httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300)
+        ) as http,
         streamable_http_client(url, http_client=http) as (read, write),
         ClientSession(read, write) as session,
     ):

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2  # mcp 2.x's HTTP client
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.func import entrypoint, task
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from idemtools.integrations.langgraph import keyed_call
 
@@ -41,7 +41,9 @@ async def payments() -> AsyncIterator[Any]:
     url = os.environ.get("PAYMENTS_URL", "http://127.0.0.1:8765/mcp")
     token = os.environ.get("PAYMENTS_TOKEN", "demo-checkout")
     async with (
-        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
+        httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300)
+        ) as http,
         streamable_http_client(url, http_client=http) as (read, write),
         ClientSession(read, write) as session,
     ):
