@@ -72,7 +72,10 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "pydantic_ai": ("pydantic-ai", "the pydantic-ai integration (on fastmcp 4.x)"),
     "pydantic-ai": ("pydantic-ai", "the pydantic-ai integration (on fastmcp 4.x)"),
     "langchain": ("langchain", "langchain-mcp-adapters requires mcp < 2: the mcp 1.x CI leg"),
-    "langgraph": ("langchain", "langchain-mcp-adapters requires mcp < 2: the mcp 1.x CI leg"),
+    "langgraph": ("langgraph", "the LangGraph durable-workflow integration"),
+    "dbos": ("dbos", "the DBOS durable-workflow integration"),
+    "temporalio": ("temporal", "the Temporal durable-workflow integration"),
+    "temporal": ("temporal", "the Temporal durable-workflow integration (and its dev server)"),
 }
 """A missing framework named in a skip reason → (the extra that installs it, a note)."""
 

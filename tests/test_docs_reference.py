@@ -29,6 +29,8 @@ PUBLIC_MODULES = [
     "idemtools.integrations.langchain",
     "idemtools.integrations.openai_agents",
     "idemtools.integrations.pydantic_ai",
+    "idemtools.integrations.dbos",
+    "idemtools.integrations.langgraph",
 ]
 
 # Names documented under the module that defines them (lazy re-exports of optional drivers).

@@ -11,13 +11,14 @@ never reach the server's logs.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..canonical import canonicalize
 
-__all__ = ["StepCalls", "derive_key"]
+__all__ = ["StepCalls", "attempt_calls", "derive_key"]
 
 _PREFIX = "step-"
 
@@ -61,3 +62,28 @@ class StepCalls:
         """The key of the next call this step makes."""
         index, self._next = self._next, self._next + 1
         return derive_key(self._engine, self._identity, index, name, arguments)
+
+
+_ATTEMPT: contextvars.ContextVar[tuple[object, int | None, tuple[str, ...], StepCalls] | None] = (
+    contextvars.ContextVar("idemtools_step_attempt", default=None)
+)
+
+
+def attempt_calls(
+    engine: str, identity: Sequence[str], execution: object, attempt: int | None
+) -> StepCalls:
+    """The `StepCalls` of the step execution the caller runs in: made on its first keyed call.
+
+    `execution` is an object the engine makes anew for each execution of a step and keeps for
+    its duration, `attempt` its in-process retry number: a retry, or a re-execution after a
+    crash or a failed run, starts again at index 0, as the calls it repeats did. Compared by
+    identity (the object is held, so its id is never another's)."""
+    ident = tuple(identity)
+    current = _ATTEMPT.get()
+    if current is not None:
+        held, held_attempt, held_identity, calls = current
+        if held is execution and held_attempt == attempt and held_identity == ident:
+            return calls
+    calls = StepCalls(engine, ident)
+    _ATTEMPT.set((execution, attempt, ident, calls))
+    return calls
