@@ -1,11 +1,15 @@
 """The worker process of the Temporal proofs: the example's workflow and activity, and two more.
 
-    python -c "from tests.e2e.temporal_app import main; main()" ADDRESS QUEUE STORE LOG [--crash]
+    python -c "from tests.e2e.temporal_app import main; main()" ADDRESS QUEUE STORE LOG [FLAG]
+
+FLAG: `--crash` or `--hold`.
 
 `CrashWorkflow` runs the example's `charge` activity (keyed) or `charge_unkeyed` (the same call
 without a key) with a heartbeat, so that Temporal notices a killed worker within
 `HEARTBEAT_TIMEOUT` rather than a long start-to-close timeout. With `--crash`, the tool server
-this worker spawns SIGKILLs it from inside the tool (tests/e2e/temporal_server.py).
+this worker spawns SIGKILLs it from inside the tool (tests/e2e/temporal_server.py). With
+`--hold`, the worker starts (imports, connects) but polls only after a line on its stdin: the
+test starts the next worker while the first one still runs, and lets it poll once that one died.
 """
 
 from __future__ import annotations
@@ -73,8 +77,13 @@ class CrashWorkflow:
         )
 
 
-async def _serve(address: str, queue: str, store: str, log: str, crash: bool) -> None:
-    root = Path(__file__).resolve().parents[2]  # not at import: the workflow sandbox forbids it
+def _root() -> Path:
+    # Not at import: the workflow sandbox imports this module too, and forbids file access.
+    return Path(__file__).resolve().parents[2]
+
+
+async def _serve(address: str, queue: str, store: str, log: str, crash: bool, hold: bool) -> None:
+    root = _root()
     env = {"PYTHONPATH": str(root)}
     if crash:
         env["IDEMTOOLS_TEST_KILL_PID"] = str(os.getpid())
@@ -84,6 +93,8 @@ async def _serve(address: str, queue: str, store: str, log: str, crash: bool) ->
         env=env,
     )
     client = await Client.connect(address)
+    if hold:
+        await asyncio.to_thread(sys.stdin.readline)
     async with Worker(
         client,
         task_queue=queue,
@@ -97,4 +108,4 @@ async def _serve(address: str, queue: str, store: str, log: str, crash: bool) ->
 
 def main() -> None:
     address, queue, store, log, *rest = sys.argv[1:]
-    asyncio.run(_serve(address, queue, store, log, crash="--crash" in rest))
+    asyncio.run(_serve(address, queue, store, log, crash="--crash" in rest, hold="--hold" in rest))

