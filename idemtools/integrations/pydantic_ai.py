@@ -32,7 +32,7 @@ from typing import Any, cast
 from fastmcp import Client
 from pydantic_ai.mcp import MCPToolset  # type: ignore[import-not-found,unused-ignore]  # an optional extra
 
-from ..keyed_session import DEFAULT_IN_PROGRESS_WAIT, DEFAULT_WINDOW
+from ..keyed_session import DEFAULT_IN_PROGRESS_WAIT, DEFAULT_WINDOW, KeyFor
 from .fastmcp import KeyedClient
 
 __all__ = ["KeyedMCPToolset"]
@@ -46,7 +46,10 @@ class KeyedMCPToolset(MCPToolset[Any]):  # type: ignore[misc,unused-ignore]  # A
 
     Takes `MCPToolset`'s arguments, plus `idempotency_window` (seconds an unknown outcome's key
     stays reusable), `require_capability` (refuse a server that does not advertise
-    `capabilities.tools.idempotency`) and `in_progress_wait` (seconds to wait out in_progress).
+    `capabilities.tools.idempotency`), `in_progress_wait` (seconds to wait out in_progress)
+    and `key_for` (a key of your own per call, e.g. under pydantic-ai's `TemporalAgent`
+    `idemtools.integrations.temporal.activity_key_for`, so that a tool call's activity re-run
+    on another worker sends the same key).
     """
 
     def __init__(
@@ -55,12 +58,14 @@ class KeyedMCPToolset(MCPToolset[Any]):  # type: ignore[misc,unused-ignore]  # A
         idempotency_window: float = DEFAULT_WINDOW,
         require_capability: bool = True,
         in_progress_wait: float = DEFAULT_IN_PROGRESS_WAIT,
+        key_for: KeyFor | None = None,
         **kwargs: Any,
     ) -> None:
         self.__dict__[_OPTIONS] = {
             "window": idempotency_window,
             "require_capability": require_capability,
             "in_progress_wait": in_progress_wait,
+            "key_for": key_for,
         }
         super().__init__(*args, **kwargs)
 

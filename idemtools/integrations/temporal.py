@@ -1,4 +1,4 @@
-"""Keys from Temporal activities (`temporalio`): `keyed_call`, `activity_key`.
+"""Keys from Temporal activities (`temporalio`): `keyed_call`, `activity_key`, `activity_key_for`.
 
     from temporalio import activity
     from idemtools.integrations.temporal import keyed_call
@@ -43,7 +43,7 @@ from temporalio import activity  # type: ignore[import-not-found,unused-ignore] 
 from ..client import RetryPolicy, call_tool
 from ._durable import StepCalls
 
-__all__ = ["activity_key", "keyed_call"]
+__all__ = ["activity_key", "activity_key_for", "keyed_call"]
 
 ENGINE = "temporal"
 
@@ -97,6 +97,22 @@ def activity_key(name: str, arguments: Mapping[str, Any] | None = None) -> str:
     index, so call it once per tool call, in the same order on every attempt.
     """
     return _calls().key(name, arguments)
+
+
+def activity_key_for(name: str, arguments: Mapping[str, Any] | None) -> str | None:
+    """`activity_key` inside an activity, None elsewhere: a `key_for=` for keyed clients.
+
+    Why: a framework that runs each MCP tool call in an activity of its own (pydantic-ai's
+    `TemporalAgent`) calls the tool through its toolset's client, not through `keyed_call`.
+
+        KeyedMCPToolset(url, key_for=activity_key_for)    # idemtools.integrations.pydantic_ai
+
+    Outside an activity (the same toolset in an agent run without Temporal) it returns None,
+    and the client's own rule picks the key.
+    """
+    if not activity.in_activity():
+        return None
+    return activity_key(name, arguments)
 
 
 async def keyed_call(
