@@ -25,7 +25,10 @@ attempt's `activity.Info` is built from the server's task):
   activity's own run id (an activity id may be reused too).
 
 Never in the key: `attempt`, `task_token`, `started_time`, `current_attempt_scheduled_time`
-(they change with every attempt) and `heartbeat_details`.
+(they change with every attempt) and `heartbeat_details`. So a new run (continue-as-new, a
+reset, a workflow retry, a reused workflow id) is a new operation for every activity it
+schedules, and so is a local activity re-scheduled by the SDK after its `local_retry_threshold`
+with a new sequence number, unless the workflow gives it an `activity_id=` of its own.
 
 To that identity `derive_key` adds the call's index within this execution of the activity (its
 n-th `keyed_call`, from 0), the tool's name and the canonical arguments, and hashes it all: the

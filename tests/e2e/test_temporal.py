@@ -142,24 +142,24 @@ class Run:
     def worker(
         self, name: str, *, crash: bool = False, hold: bool = False, queue: str | None = None
     ) -> subprocess.Popen[bytes]:
-        out = open(self.directory / f"{name}.log", "wb")  # noqa: SIM115  # closed by the child's end
         args = [self.address, queue or self.queue, self.store, str(self.log)]
         code = "from tests.e2e.temporal_app import main; main()"
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                code,
-                *args,
-                *(["--crash"] if crash else []),
-                *(["--hold"] if hold else []),
-            ],
-            stdin=subprocess.PIPE,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        with open(self.directory / f"{name}.log", "wb") as out:  # the child keeps its own copy
+            return subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    code,
+                    *args,
+                    *(["--crash"] if crash else []),
+                    *(["--hold"] if hold else []),
+                ],
+                stdin=subprocess.PIPE,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
     def output(self, name: str) -> str:
         return (self.directory / f"{name}.log").read_text(errors="replace")
