@@ -97,7 +97,9 @@ def activity_key(name: str, arguments: Mapping[str, Any] | None = None) -> str:
 
     Why: a keyed call from a client of your own (`KeyedSession(key_for=...)`, a FastMCP
     client) needs the same key on every attempt of the activity. Each call takes the next
-    index, so call it once per tool call, in the same order on every attempt.
+    index, so call it once per tool call, in the same order on every attempt. The count is
+    per `activity.Info` object, which a worker builds anew for each attempt: in temporalio's
+    `ActivityEnvironment`, give each run its own (`env.info = dataclasses.replace(env.info)`).
     """
     return _calls().key(name, arguments)
 
