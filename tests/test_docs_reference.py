@@ -31,6 +31,7 @@ PUBLIC_MODULES = [
     "idemtools.integrations.pydantic_ai",
     "idemtools.integrations.dbos",
     "idemtools.integrations.langgraph",
+    "idemtools.integrations.temporal",
 ]
 
 # Names documented under the module that defines them (lazy re-exports of optional drivers).

@@ -46,9 +46,11 @@ class KeyedMCPToolset(MCPToolset[Any]):  # type: ignore[misc,unused-ignore]  # A
 
     Takes `MCPToolset`'s arguments, plus `idempotency_window` (seconds an unknown outcome's key
     stays reusable), `require_capability` (refuse a server that does not advertise
-    `capabilities.tools.idempotency`), `in_progress_wait` (seconds to wait out in_progress) and
-    `key_for` (a key of your own per call, None: the rule; e.g. `idemtools.integrations.dbos.
-    key_for` under a `DBOSAgent`, whose tool-call steps then send keys that survive a crash).
+    `capabilities.tools.idempotency`), `in_progress_wait` (seconds to wait out in_progress)
+    and `key_for` (a key of your own per call, None: the rule; under a durable agent, the
+    engine's: `idemtools.integrations.dbos.key_for` under a `DBOSAgent`,
+    `idemtools.integrations.temporal.activity_key_for` under a `TemporalAgent`, so that a tool
+    call re-run after a crash sends the same key).
     """
 
     def __init__(

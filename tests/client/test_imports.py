@@ -44,6 +44,7 @@ FRAMEWORK = {
     "idemtools.integrations.openai_agents": "agents",
     "idemtools.integrations.pydantic_ai": "pydantic_ai",
     "idemtools.integrations.langchain": "langchain_mcp_adapters",
+    "idemtools.integrations.temporal": "temporalio",
 }
 
 
