@@ -246,7 +246,7 @@ class Engine(Lifecycle):
             held.claimed = True
             if self._closing:
                 await self._claimed_while_closing(execution)
-            lapsed = getattr(claim, "lapsed", None)
+            lapsed = claim.lapsed
             if lapsed is not None:  # an earlier execution's end was never recorded
                 run, counted = lapsed_run(self, execution, lapsed, call.arguments, run)
                 if not counted:
