@@ -8,7 +8,7 @@ append "<label> <pid>" to LEDGER, then await `seconds`. MODE `hang` makes every 
 for ever instead (after its side effect, or before it for a label starting with "before"),
 so that the test can SIGKILL the process inside the tools. The reconcile reads the ledger:
 a line for the label is the effect found (the outcome says "reconciled"), none is None; while
-LEDGER.down exists it raises (a provider whose lookup is down).
+LEDGER.down-<label> exists it raises (a provider whose lookup is down).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def build(ledger: str, store_url: str, mode: str, lease: float) -> Any:
 
     async def reconcile(call: LapsedCall) -> Outcome | None:
         # Reads only: did an execution of this label leave its effect?
-        if Path(ledger + ".down").exists():
-            raise ConnectionError("the provider's lookup is down")
         label = call.arguments["label"]
+        if Path(f"{ledger}.down-{label}").exists():
+            raise ConnectionError("the provider's lookup is down")
         lines = book.read_text().split("\n") if book.exists() else []
         if any(line.split(" ")[0] == label for line in lines):
             return Outcome.of_value(f"charged {label} (reconciled)")

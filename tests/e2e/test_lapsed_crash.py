@@ -127,7 +127,7 @@ def test_sigkill_inside_the_tool_then_the_retry_does_what_on_lapse_says(
         time.sleep(LEASE + 0.3)  # every claim of the dead process has lapsed
 
         box.mode = "serve"
-        down = Path(f"{box.ledger}.down")
+        down = Path(f"{box.ledger}.down-lookup-down")
         down.touch()
         server = StdioServer(box)
         try:
