@@ -137,7 +137,7 @@ class LeaseKeeper:
         on_lapse: Callable[[Lease, float], None] | None = None,
         timed: Callable[[str, Awaitable[bool]], Awaitable[bool]] = lambda _op, op: op,
         on_overrun: Callable[[Lease], None] = lambda _held: None,
-        record_unknown: Callable[[Store, Lease], Awaitable[bool]] | None = None,
+        record_unknown: Callable[[Store, Lease], Coroutine[Any, Any, bool]] | None = None,
     ) -> None:
         self._on_overrun = on_overrun
         self._record_unknown = record_unknown

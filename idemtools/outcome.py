@@ -104,10 +104,7 @@ class Outcome:
         """
         if isinstance(value, dict) and isinstance(value.get("content"), list):
             return cls(result=dict(value))
-        if isinstance(value, str):
-            text = value
-        else:
-            text = orjson.dumps(value).decode()
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
         result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
         if isinstance(value, dict):
             result["structuredContent"] = value

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, Literal, TypeVar, Union, overload
+from typing import Any, Literal, TypeVar, overload
 
 from . import bridges
 from .errors import UnauthorizedError
@@ -36,12 +36,12 @@ __all__ = [
     "DEFAULT_MAX_RUNTIME",
     "DEFAULT_POLICY",
     "DEFAULT_RECONCILE_TIMEOUT",
+    "TOOL_META_KEY",
     "LapsedCall",
     "OnLapse",
-    "Reconcile",
-    "TOOL_META_KEY",
     "Policy",
     "PolicyConflictError",
+    "Reconcile",
     "Registry",
     "authorize_call",
     "default_registry",
@@ -188,19 +188,17 @@ class LapsedCall:
         return max(0.0, self.lapsed_at - self.claimed_at)
 
 
-Reconcile = Callable[[LapsedCall], Union[Outcome, None, Awaitable[Union[Outcome, None]]]]
+Reconcile = Callable[[LapsedCall], Outcome | Awaitable[Outcome | None] | None]
 """`reconcile(call) -> Outcome | None`, sync or async: see `Policy.on_lapse`."""
 
-OnLapse = Union[Literal["rerun", "refuse"], Reconcile]
+OnLapse = Literal["rerun", "refuse"] | Reconcile
 """What a retry does when it finds a lapsed claim: `"rerun"`, `"refuse"` or a reconcile."""
 
 
 def _checked_on_lapse(value: object) -> OnLapse:
     if value in ("rerun", "refuse") or (callable(value) and not isinstance(value, str)):
-        return value  # type: ignore[return-value]
-    raise ValueError(
-        f'on_lapse must be "rerun", "refuse" or a reconcile function, got {value!r}'
-    )
+        return value
+    raise ValueError(f'on_lapse must be "rerun", "refuse" or a reconcile function, got {value!r}')
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from ..policy import Policy
 from ..stores.base import Status
 from .decision import failed, key_digest
 from .runtime import cancels_the_execution, spawn
-from .unknown import StillRunning
 from .store_calls import StoreCalls, original
+from .unknown import StillRunning
 
 if TYPE_CHECKING:
     from . import Engine

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -30,6 +30,7 @@ from ..outcome import Outcome
 from ..policy import LapsedCall
 from ..stores.base import Record, Store
 from .decision import key_digest
+from .store_calls import _takes
 from .unknown import outcome_unknown
 
 if TYPE_CHECKING:
@@ -128,7 +129,8 @@ def lapsed_run(
                 key_digest(ex.key),
             )
             unknown = outcome_unknown(
-                ex.key, _INTERRUPTED + ", and whether it took effect could not be checked",
+                ex.key,
+                _INTERRUPTED + ", and whether it took effect could not be checked",
                 codes=engine.codes,
             )
             return Outcome(error=unknown.error, final=False)
@@ -150,7 +152,7 @@ def lapsed_run(
     return reconciled, False
 
 
-def overrun_writer(engine: Engine) -> Callable[[Store, Lease], Awaitable[bool]]:
+def overrun_writer(engine: Engine) -> Callable[[Store, Lease], Coroutine[Any, Any, bool]]:
     """The lease keeper's write past a call's `max_runtime`: `idempotency_outcome_unknown`
     under the call's own owner, replaceable by that owner's real outcome should it end."""
 
@@ -187,6 +189,4 @@ def overrun_writer(engine: Engine) -> Callable[[Store, Lease], Awaitable[bool]]:
 
 
 def _takes_replaceable(store: Store) -> bool:
-    from .store_calls import _takes
-
     return _takes(store.complete, "replaceable")

@@ -33,7 +33,7 @@ def build(ledger: str, store_url: str, mode: str, lease: float) -> Any:
     server = _Server("lapse-server")
     book = Path(ledger)
 
-    async def reconcile(call: LapsedCall) -> Outcome | None:
+    def reconcile(call: LapsedCall) -> Outcome | None:  # sync: allowed, and it only reads
         # Reads only: did an execution of this label leave its effect?
         label = call.arguments["label"]
         if Path(f"{ledger}.down-{label}").exists():
