@@ -209,7 +209,8 @@ class Policy:
         retention: how long a completed outcome is replayed; after that the key is new again.
             Published in the generated retention documentation (SEP, "Retention").
         lease: how long an in-progress claim lives without renewal. While the tool runs the
-            claim is renewed; if the process dies, a retry runs the tool again after this.
+            claim is renewed; if the process dies, the claim lapses after this, and the retry
+            that finds it does what `on_lapse` says.
         max_runtime: how long a running call may run before its outcome is declared unknown
             (seconds; None: for as long as it runs). Past it, with an ERROR naming the tool and
             key digest, `idempotency_outcome_unknown` is recorded under the running call's
