@@ -250,7 +250,8 @@ class Recording:
             if done:
                 return True
             # An earlier attempt failed after it had landed (the answer was lost): the
-            # record is then ours, completed, and a store answers a second `complete` no.
+            # record is then ours. Stores answer such a re-sent completion yes; one written
+            # before that answers no, and the record is read to tell.
             return await self._recorded_by(ex)
 
     async def _recorded_by(self, ex: Execution) -> bool:
