@@ -118,16 +118,19 @@ def _evalsha_of(*scripts: str) -> Callable[[bytes], bool]:
     return lambda data: data.upper().count(b"EVALSHA") == 1 and any(sha in data for sha in shas)
 
 
-def _claim_and_complete(store: RedisStore) -> Callable[[bytes], bool]:
-    return _evalsha_of(store._claim.sha, store._complete.sha)
+def _lost(store: RedisStore, what: str) -> Callable[[bytes], bool]:
+    """Which replies a relay loses: the claims', the completions' or both."""
+    claim, complete = store._claim.sha, store._complete.sha
+    return _evalsha_of(*{"claim": [claim], "completion": [complete]}.get(what, [claim, complete]))
 
 
 # -- Redis -------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("what", ["claim", "completion"])
 @pytest.mark.parametrize("who", ["driver", "store"])
 async def test_redis_resent_claims_and_completions(
-    who: str, caplog: pytest.LogCaptureFixture
+    who: str, what: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """driver: a user-built `Redis` client with redis-py's default retries re-sends (the
     store never knows); store: a `from_url` client (no driver retries), the store re-sends."""
@@ -141,7 +144,7 @@ async def test_redis_resent_claims_and_completions(
         store = RedisStore(client, prefix=_prefix())
     else:
         store = RedisStore.from_url(f"redis://127.0.0.1:{relay.port}/0", prefix=_prefix())
-    matches = _claim_and_complete(store)
+    matches = _lost(store, what)
     try:
         await _keyed_calls(store, caplog, (12, 1), (12, 4))
     finally:
@@ -149,7 +152,7 @@ async def test_redis_resent_claims_and_completions(
         if client is not None:
             await client.aclose()
         await relay.stop()
-    assert budget.dropped >= 4, "replies were lost on the way"
+    assert budget.dropped >= 1, "replies were lost on the way"
 
 
 # -- Redis Cluster -----------------------------------------------------------------------------
@@ -165,9 +168,10 @@ async def _cluster_relays(
 
 
 @pytest.mark.cluster
+@pytest.mark.parametrize("what", ["claim", "completion"])
 @pytest.mark.parametrize("who", ["driver", "store"])
 async def test_cluster_resent_claims_and_completions(
-    who: str, redis_cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+    who: str, what: str, redis_cluster: LocalCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     """As on one Redis, every node behind a relay (`address_remap` sends the client there)."""
     budget = DropBudget(6)
@@ -185,7 +189,7 @@ async def test_cluster_resent_claims_and_completions(
         store = RedisStore.from_url(
             f"redis+cluster://127.0.0.1:{first}/0", prefix=_prefix(), address_remap=remap
         )
-    matches = _claim_and_complete(store)
+    matches = _lost(store, what)
     try:
         await _keyed_calls(store, caplog, (12, 1), (12, 4))
     finally:
@@ -194,7 +198,7 @@ async def test_cluster_resent_claims_and_completions(
             await client.aclose()
         for relay in relays.values():
             await relay.stop()
-    assert budget.dropped >= 4, "replies were lost on the way"
+    assert budget.dropped >= 1, "replies were lost on the way"
 
 
 @pytest.mark.cluster
@@ -212,7 +216,7 @@ async def test_cluster_300_keys_by_4_identical_calls_each_run_once(
         address_remap=lambda address: ("127.0.0.1", relays[address[1]].port),
     )
     store = RedisStore(client, prefix=_prefix())
-    matches = _claim_and_complete(store)
+    matches = _lost(store, "both")
     try:
         runs = await _keyed_calls(store, caplog, (300, 4))
     finally:
