@@ -83,7 +83,16 @@ class _Entry:
     # Mutable on purpose: renew/complete update in place and re-set the item to move its expiry.
     # Status is not stored: it is which `_Records` holds the entry (and, for a claim, whether
     # its lease ran out: LAPSED while `keep` lasts).
-    __slots__ = ("base", "claimed", "expires", "keep", "meta", "outcome", "replaceable")
+    __slots__ = (
+        "base",
+        "claimed",
+        "expires",
+        "keep",
+        "meta",
+        "outcome",
+        "replaceable",
+        "took_over",
+    )
 
     def __init__(
         self,
@@ -99,6 +108,9 @@ class _Entry:
         self.claimed = claimed  # the clock when claimed (None: recorded by a late completion)
         self.keep = keep  # seconds kept LAPSED after `expires` (claims only)
         self.replaceable = False
+        # The lapsed claim this claim took over (owner, claimed, lapsed, until), so a
+        # take-over sent again is answered with it again.
+        self.took_over: tuple[str, float | None, float, float] | None = None
         # The bytes this record costs before it has an outcome (see RECORD_OVERHEAD).
         if isinstance(meta, bytes):
             self.base = RECORD_OVERHEAD + id_size + len(meta)
@@ -457,12 +469,30 @@ class MemoryStore:
         entry, status = found
         now = self._clock()
         if status is Status.IN_PROGRESS and _owner_of(entry.meta) == owner:
-            return _CLAIMED  # ours already: a re-sent claim
+            # Ours already: a re-sent claim, answered as the first was.
+            took = entry.took_over
+            if took is None:
+                return _CLAIMED
+            prior, claimed, lapsed_at, until = took
+            return Claim(
+                True,
+                None,
+                Record(
+                    Status.LAPSED,
+                    _fingerprint_of(entry.meta),
+                    prior,
+                    max(0.0, until - now),
+                    None,
+                    None if claimed is None else claimed + self._epoch,
+                    lapsed_at + self._epoch,
+                ),
+            )
         if status is not Status.LAPSED or _fingerprint_of(entry.meta) != fingerprint:
             return Claim(False, self._record(entry, status, now))
         lapsed = self._record(entry, status, now)
         # The same record, under a new owner: it needs no more room than it held.
         taken = _Entry(_pack(fingerprint, owner), now + lease, len(rid), now, keep)
+        taken.took_over = (lapsed.owner, entry.claimed, entry.expires, entry.until())
         self._running.add(rid, taken, now, sid)
         return Claim(True, None, lapsed)
 
@@ -544,6 +574,7 @@ class MemoryStore:
             entry.outcome = outcome
             # Claims' bookkeeping ends here (claimed_at is a claim's, not an outcome's).
             entry.keep, entry.replaceable, entry.claimed = 0.0, replaceable, None
+            entry.took_over = None
             if self._no_room(sid, entry.size()):
                 self._expire(now)
                 if self._no_room(sid, entry.size()):

@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -392,11 +393,13 @@ class PostgresStore:
     lease_end   timestamptz,
     claimed_at  timestamptz,
     replaceable boolean     NOT NULL DEFAULT false,
+    took_over   text,
     PRIMARY KEY (scope, key)
 );
 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_end timestamptz,
     ADD COLUMN IF NOT EXISTS claimed_at timestamptz,
-    ADD COLUMN IF NOT EXISTS replaceable boolean NOT NULL DEFAULT false;
+    ADD COLUMN IF NOT EXISTS replaceable boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS took_over text;
 CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
 """
             )
@@ -564,7 +567,7 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
 
     @staticmethod
     def _record(row: tuple[Any, ...], key: str) -> Record:
-        status_raw, fp, owner, outcome, remaining, lease_left, claimed_at, lease_end, repl = row
+        status_raw, fp, owner, outcome, remaining, lease_left, claimed_at, lease_end, repl = row[:9]
         if status_raw == "p":
             status = Status.IN_PROGRESS
         elif status_raw == "c":
@@ -652,7 +655,8 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
                     return Claim(claimed=True)
                 record = self._record(row[1:], key)
                 if record.owner == owner and record.status is Status.IN_PROGRESS:
-                    return Claim(claimed=True)  # ours already: a re-sent claim landed first
+                    # Ours already: a re-sent claim landed first; answered as the first was.
+                    return Claim(claimed=True, lapsed=_took_over(row[10], fingerprint, row[11]))
                 if record.status is Status.LAPSED and record.fingerprint == fingerprint:
                     # Taken over only if it is still that dead owner's lapsed claim.
                     cur = await conn.execute(self._q_take_over, {**params, "dead": record.owner})
@@ -860,6 +864,21 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
             await self._pool.close()
 
 
+def _took_over(took: str | None, fingerprint: str, now: float) -> Record | None:
+    """The lapsed claim a claim took over (its `took_over` JSON), as the take-over gave it."""
+    if took is None:
+        return None
+    owner, claimed_at, lapsed_at, until = json.loads(took)
+    return Record(
+        Status.LAPSED,
+        fingerprint,
+        owner,
+        max(0.0, float(until) - now),
+        claimed_at=None if claimed_at is None else float(claimed_at),
+        lapsed_at=float(lapsed_at),
+    )
+
+
 def _with_autocommit(kwargs: Any) -> Any:
     # psycopg_pool 3.3 also accepts a callable that builds the kwargs: that one is kept as is.
     return {**kwargs, "autocommit": True} if isinstance(kwargs, dict) else kwargs
@@ -943,7 +962,7 @@ def _queries(table: str) -> dict[str, str]:
        extract(epoch FROM expires_at - statement_timestamp())::float8,
        extract(epoch FROM lease_end - statement_timestamp())::float8,
        extract(epoch FROM claimed_at)::float8, extract(epoch FROM lease_end)::float8,
-       replaceable"""
+       replaceable, took_over, extract(epoch FROM statement_timestamp())::float8"""
     )
     # A completion of our own completed record: the replaceable one is overwritten, any
     # other kept as it is (a re-sent completion, answered yes by the row it matched).
@@ -954,7 +973,7 @@ def _queries(table: str) -> dict[str, str]:
     expires_at = CASE WHEN {kept} THEN r.expires_at
                       ELSE {now} + make_interval(secs => %(ret)s) END,
     replaceable = CASE WHEN {kept} THEN false ELSE %(r)s END,
-    lease_end = NULL, claimed_at = NULL"""
+    lease_end = NULL, claimed_at = NULL, took_over = NULL"""
     ).format(kept=kept, now=now)
     ours = sql.SQL("(r.status = 'p' OR (r.status = 'c' AND r.expires_at > {now}))").format(now=now)
     texts = {
@@ -969,12 +988,12 @@ def _queries(table: str) -> dict[str, str]:
     ON CONFLICT (scope, key) DO UPDATE
         SET status = 'p', fingerprint = EXCLUDED.fingerprint, owner = EXCLUDED.owner,
             outcome = NULL, expires_at = EXCLUDED.expires_at, lease_end = EXCLUDED.lease_end,
-            claimed_at = EXCLUDED.claimed_at, replaceable = false
+            claimed_at = EXCLUDED.claimed_at, replaceable = false, took_over = NULL
         WHERE r.expires_at <= {now}
     RETURNING 1
 )
 SELECT true, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::float8, NULL::float8,
-       NULL::float8, NULL::float8, NULL::boolean FROM ins
+       NULL::float8, NULL::float8, NULL::boolean, NULL::text, NULL::float8 FROM ins
 UNION ALL
 SELECT false, {fields}
 FROM {t}
@@ -983,6 +1002,8 @@ WHERE scope = %(s)s AND key = %(k)s AND {live} AND NOT EXISTS (SELECT 1 FROM ins
         # A lapsed claim taken over: only while it is still the dead owner's, lapsed.
         "take_over": sql.SQL(
             """UPDATE {t} SET owner = %(o)s, claimed_at = {now},
+    took_over = json_build_array(owner, extract(epoch FROM claimed_at),
+        extract(epoch FROM lease_end), extract(epoch FROM expires_at))::text,
     lease_end = {now} + make_interval(secs => %(lease)s),
     expires_at = {now} + make_interval(secs => %(lease)s + %(keep)s)
 WHERE scope = %(s)s AND key = %(k)s AND owner = %(dead)s AND fingerprint = %(f)s

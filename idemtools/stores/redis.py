@@ -158,15 +158,29 @@ end
 
 # ARGV: fingerprint, owner, lease ms, keep ms. Returns 1 (claimed, or ours already: a re-sent
 # claim), {1, the lapsed record} (taken over), or the record that holds the key.
+# Our own claim sent again is answered as the first was: a take-over with the lapsed claim it
+# took over (kept in pc, pl, pu, po: its claim time, lapse, end and owner).
 _CLAIM_BODY = """
 local rec, s, f, o = record(KEYS[1])
 if type(rec) == 'table' then return rec end
-if rec and s == 'p' and o == ARGV[2] then return 1 end
+if rec and s == 'p' and o == ARGV[2] then
+  local p = redis.call('HMGET', KEYS[1], 'pc', 'pl', 'pu', 'po')
+  if not p[4] then return 1 end
+  return {1, 'l ' .. math.max(0, tonumber(p[3]) - clock()) .. ' ' .. #f .. ' ' .. #p[4]
+             .. ' -1 ' .. p[1] .. ' ' .. p[2] .. ' 0 ' .. f .. p[4]}
+end
 if rec and (s ~= 'l' or f ~= ARGV[1]) then return rec end
 """
 
 _CLAIM_WRITE = """
 local now, lease, keep = clock(), tonumber(ARGV[3]), tonumber(ARGV[4])
+if rec then
+  local p = redis.call('HMGET', KEYS[1], 'c', 'l')
+  redis.call('HSET', KEYS[1], 'pc', p[1] or '-1', 'pl', p[2],
+             'pu', now + redis.call('PTTL', KEYS[1]), 'po', o)
+else
+  redis.call('DEL', KEYS[1])  -- what an expired claim may have left
+end
 redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[1], 'o', ARGV[2], 'l', now + lease, 'c', now,
            'k', keep)
 redis.call('PEXPIRE', KEYS[1], lease + keep)
@@ -285,7 +299,7 @@ if r[1] == 'c' and r[3] ~= '1' then
 end
 if r[1] ~= 'p' and r[1] ~= 'c' then return 0 end
 redis.call('HSET', KEYS[1], 's', 'c', 'v', ARGV[2], 'r', ARGV[6])
-redis.call('HDEL', KEYS[1], 'l', 'c', 'k')
+redis.call('HDEL', KEYS[1], 'l', 'c', 'k', 'pc', 'pl', 'pu', 'po')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """

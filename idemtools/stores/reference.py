@@ -37,6 +37,9 @@ class _Entry:
     claimed_at: float | None = None
     keep: float = 0.0  # seconds a claim stays LAPSED after its lease ran out
     replaceable: bool = False
+    # The lapsed claim this claim took over: (owner, claimed_at, lapsed_at, kept until), so
+    # the take-over sent again (its answer was lost) is answered with it again.
+    took_over: tuple[str, float | None, float, float] | None = None
 
     def status_at(self, now: float) -> Status | None:
         """The record's status at `now`; None once nothing of it is left."""
@@ -115,6 +118,20 @@ class ReferenceStore:
             replaceable=entry.replaceable,
         )
 
+    def _took_over(self, entry: _Entry, now: float) -> Record | None:
+        """The lapsed claim `entry` took over, as the take-over's answer gave it."""
+        if entry.took_over is None:
+            return None
+        owner, claimed_at, lapsed_at, until = entry.took_over
+        return Record(
+            Status.LAPSED,
+            entry.fingerprint,
+            owner,
+            max(0.0, until - now),
+            claimed_at=None if claimed_at is None else claimed_at + self._epoch,
+            lapsed_at=lapsed_at + self._epoch,
+        )
+
     async def claim(
         self,
         scope: str,
@@ -135,12 +152,25 @@ class ReferenceStore:
             if entry is not None:
                 status = entry.status_at(now)
                 if status is Status.IN_PROGRESS and entry.owner == owner:
-                    return Claim(claimed=True)  # ours already: a re-sent claim
+                    # Ours already: a re-sent claim, answered as the first was.
+                    return Claim(claimed=True, lapsed=self._took_over(entry, now))
                 if status is not Status.LAPSED or entry.fingerprint != fingerprint:
                     return Claim(claimed=False, existing=self._record(entry, now))
                 lapsed = self._record(entry, now)
                 self._records[scope, key] = _Entry(
-                    Status.IN_PROGRESS, fingerprint, owner, now + lease, None, now, keep_lapsed
+                    Status.IN_PROGRESS,
+                    fingerprint,
+                    owner,
+                    now + lease,
+                    None,
+                    now,
+                    keep_lapsed,
+                    took_over=(
+                        entry.owner,
+                        entry.claimed_at,
+                        entry.expires,
+                        entry.expires + entry.keep,
+                    ),
                 )
                 return Claim(claimed=True, lapsed=lapsed)
             live = [s for (s, _), e in self._records.items() if e.status_at(now) is not None]
@@ -201,6 +231,7 @@ class ReferenceStore:
             entry.status, entry.outcome, entry.expires = Status.COMPLETED, outcome, now + retention
             # Claims' bookkeeping ends here (claimed_at is a claim's, not an outcome's).
             entry.keep, entry.replaceable, entry.claimed_at = 0.0, replaceable, None
+            entry.took_over = None
             return True
 
     async def release(self, scope: str, key: str, owner: str, *, lapse: bool = False) -> bool:

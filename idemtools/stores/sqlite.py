@@ -45,6 +45,7 @@ Schema (created on first use, ``CREATE ... IF NOT EXISTS``)
         lease_end   REAL,            -- a claim's lease end (NULL: completed, or an older row)
         claimed_at  REAL,            -- when the claim was made (NULL: completed, older row)
         replaceable INTEGER NOT NULL DEFAULT 0,  -- 1: the owner may overwrite the outcome
+        took_over   TEXT,            -- JSON of the lapsed claim this claim took over, if any
         PRIMARY KEY (scope, key)
     );
     CREATE INDEX IF NOT EXISTS idemtools_records_expires ON idemtools_records (expires);
@@ -53,7 +54,7 @@ Scope and key are stored as bytes because a key is any JSON string: it may hold 
 surrogates, which SQLite text (or Python's strict UTF-8 codec) would reject or mangle.
 ``SELECT CAST(key AS TEXT) ...`` reads them back in the sqlite3 shell.
 
-The last three columns are added (``ALTER TABLE``) to a file made by an earlier release when a
+The last four columns are added (``ALTER TABLE``) to a file made by an earlier release when a
 connection opens it.
 
 Lapsed claims
@@ -112,6 +113,7 @@ After `aclose()` every operation raises `StoreUnavailableError`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import threading
@@ -169,6 +171,7 @@ _SCHEMA = (
         lease_end   REAL,
         claimed_at  REAL,
         replaceable INTEGER NOT NULL DEFAULT 0,
+        took_over   TEXT,
         PRIMARY KEY (scope, key)
     )
     """,
@@ -200,6 +203,7 @@ _LAPSED_COLUMNS = {
     "lease_end": "REAL",
     "claimed_at": "REAL",
     "replaceable": "INTEGER NOT NULL DEFAULT 0",
+    "took_over": "TEXT",
 }
 """Columns a file made before lapsed claims lacks: added when a connection opens it."""
 
@@ -214,8 +218,8 @@ def _size(scope: bytes, key: bytes, fingerprint: str, owner: str) -> int:
 
 
 _SELECT = (
-    f"SELECT status, fingerprint, owner, expires, outcome, lease_end, claimed_at, replaceable "
-    f"FROM {_TABLE} WHERE scope = ? AND key = ? AND expires > ?"
+    "SELECT status, fingerprint, owner, expires, outcome, lease_end, claimed_at, replaceable, "
+    f"took_over FROM {_TABLE} WHERE scope = ? AND key = ? AND expires > ?"
 )
 # A live lease: `lease_end` when the row has one, else (an earlier release's row) `expires`.
 _HELD = (
@@ -226,7 +230,22 @@ _HELD = (
 
 _b = encode
 
-Row = tuple[str, str, str, float, "bytes | None", "float | None", "float | None", int]
+Row = tuple[str, str, str, float, "bytes | None", "float | None", "float | None", int, "str | None"]
+
+
+def _took_over(took: str | None, fingerprint: str, now: float) -> Record | None:
+    """The lapsed claim a claim took over (its `took_over` JSON), as the take-over gave it."""
+    if took is None:
+        return None
+    owner, claimed_at, lapsed_at, until = json.loads(took)
+    return Record(
+        Status.LAPSED,
+        fingerprint,
+        owner,
+        max(0.0, until - now),
+        claimed_at=claimed_at,
+        lapsed_at=lapsed_at,
+    )
 
 
 class SQLiteStore:
@@ -413,7 +432,7 @@ class SQLiteStore:
 
     @staticmethod
     def _record(row: Row, now: float) -> Record:
-        status, fingerprint, owner, expires, outcome, lease_end, claimed_at, replaceable = row
+        status, fingerprint, owner, expires, outcome, lease_end, claimed_at, replaceable, _ = row
         try:
             state = Status(status)
         except ValueError:
@@ -471,14 +490,16 @@ class SQLiteStore:
             if row is not None:
                 record = self._record(row, now)
                 if record.status is Status.IN_PROGRESS and record.owner == owner:
-                    return Claim(claimed=True)  # ours already: a re-sent claim
+                    # Ours already: a re-sent claim, answered as the first was.
+                    return Claim(claimed=True, lapsed=_took_over(row[8], fingerprint, now))
                 if record.status is not Status.LAPSED or record.fingerprint != fingerprint:
                     return Claim(claimed=False, existing=record)
                 # Taken over: the same row, a new owner (no more room than it held).
+                took = json.dumps([record.owner, record.claimed_at, record.lapsed_at, row[3]])
                 conn.execute(
-                    f"UPDATE {_TABLE} SET owner = ?, lease_end = ?, expires = ?, claimed_at = ? "
-                    "WHERE scope = ? AND key = ?",
-                    (owner, now + lease, now + lease + keep, now, s, k),
+                    f"UPDATE {_TABLE} SET owner = ?, lease_end = ?, expires = ?, claimed_at = ?, "
+                    "took_over = ? WHERE scope = ? AND key = ?",
+                    (owner, now + lease, now + lease + keep, now, took, s, k),
                 )
                 return Claim(claimed=True, lapsed=record)
             self._delete_expired(conn, now)
@@ -489,7 +510,8 @@ class SQLiteStore:
             conn.execute(
                 f"INSERT OR REPLACE INTO {_TABLE} "
                 "(scope, key, status, fingerprint, owner, expires, outcome, lease_end, "
-                "claimed_at, replaceable) VALUES (?, ?, 'in_progress', ?, ?, ?, NULL, ?, ?, 0)",
+                "claimed_at, replaceable, took_over) "
+                "VALUES (?, ?, 'in_progress', ?, ?, ?, NULL, ?, ?, 0, NULL)",
                 (s, k, fingerprint, owner, now + lease + keep, now + lease, now),
             )
             return Claim(claimed=True)
@@ -617,7 +639,7 @@ class SQLiteStore:
             # Late completion: our claim, live or expired, as long as nobody re-claimed it.
             cur = conn.execute(
                 f"UPDATE {_TABLE} SET status = 'completed', outcome = ?, expires = ?, "
-                "lease_end = NULL, claimed_at = NULL, replaceable = ? "
+                "lease_end = NULL, claimed_at = NULL, took_over = NULL, replaceable = ? "
                 "WHERE scope = ? AND key = ? AND owner = ? AND status = 'in_progress'",
                 (data, now + retention, flag, s, k, owner),
             )

@@ -575,6 +575,19 @@ class StoreConformance:
         )
         assert took.lapsed.claimed_at == record.claimed_at
         assert took.lapsed.lapsed_at == record.lapsed_at
+        # The take-over sent again (its answer lost) is answered as it was the first time.
+        again = await store.claim(SCOPE, "a", FP1, "new", self.LEASE, keep_lapsed=keep)
+        assert again.claimed and again.existing is None and again.lapsed is not None
+        assert (again.lapsed.status, again.lapsed.owner, again.lapsed.fingerprint) == (
+            Status.LAPSED,
+            "oa",
+            FP1,
+        )
+        assert (again.lapsed.claimed_at, again.lapsed.lapsed_at) == (
+            record.claimed_at,
+            record.lapsed_at,
+        )
+        self.assert_remaining(again.lapsed, took.lapsed.remaining)
         await self.in_progress(store, "a", "new")
         assert not await store.complete(SCOPE, "a", "oa", b"{}", self.RETENTION, fingerprint=FP1)
         # A lapsed claim's own owner may still complete it (late completion).
