@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .outcome import Outcome
     from .policy import (
         DEFAULT_POLICY,
+        LapsedCall,
         Policy,
         PolicyConflictError,
         Registry,
@@ -94,6 +95,7 @@ _LAZY: dict[str, str] = {
     "installation_of": "server.installation",
     "Outcome": "outcome",
     "DEFAULT_POLICY": "policy",
+    "LapsedCall": "policy",
     "Policy": "policy",
     "PolicyConflictError": "policy",
     "Registry": "policy",
@@ -145,6 +147,7 @@ __all__ = [
     "InstallError",
     "Installation",
     "KeyInvalidError",
+    "LapsedCall",
     "OnOutcome",
     "Outcome",
     "OutcomeContext",

@@ -91,6 +91,26 @@ class Outcome:
             error["data"] = data
         return cls(error=error)
 
+    @classmethod
+    def of_value(cls, value: Any, *, is_error: bool = False) -> Outcome:
+        """A `CallToolResult` outcome from what a tool function would have returned.
+
+        For `reconcile` functions (`Policy.on_lapse`), which answer with the outcome a call
+        would have had: a `str` becomes one text block; a dict also becomes the result's
+        `structuredContent`; any other JSON value is its JSON text. The shape follows the
+        SDKs' own conversion of a plain return value, so a replay of a reconciled outcome
+        reads like a replay of the tool's own. A dict that already is a result (it has
+        `content`) is taken as it is.
+        """
+        if isinstance(value, dict) and isinstance(value.get("content"), list):
+            return cls(result=dict(value))
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
+        if isinstance(value, dict):
+            result["structuredContent"] = value
+        result["isError"] = is_error
+        return cls(result=result)
+
     @property
     def is_error(self) -> bool:
         """True for a JSON-RPC error (an `isError` tool result is a result, not an error)."""

@@ -22,21 +22,26 @@ import math
 import numbers
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from . import bridges
 from .errors import UnauthorizedError
+from .outcome import Outcome
 from .scopes import AuthorizeFn, CallContext, Scope, ScopeFn, _as_scope, by_auth_subject
 
 __all__ = [
     "DEFAULT_MAX_RUNTIME",
     "DEFAULT_POLICY",
+    "DEFAULT_RECONCILE_TIMEOUT",
     "TOOL_META_KEY",
+    "LapsedCall",
+    "OnLapse",
     "Policy",
     "PolicyConflictError",
+    "Reconcile",
     "Registry",
     "authorize_call",
     "default_registry",
@@ -144,6 +149,58 @@ lease) without a restart. A second execution is worse than a stuck key, and a st
 be released at once from the CLI (`idemtools keys release`); hence long, not short."""
 
 
+DEFAULT_RECONCILE_TIMEOUT = 10.0
+"""Seconds a `reconcile` may take before its retry is answered `idempotency_outcome_unknown`
+(not recorded: a later retry reconciles again)."""
+
+
+@dataclass(frozen=True)
+class LapsedCall:
+    """What a `reconcile` function is told about a call whose earlier execution vanished.
+
+    An earlier execution of this very call (same tool, same arguments, same key) claimed the
+    key, and its claim lapsed without an outcome: its process died, or it stopped renewing.
+    It may or may not have reached its side effect. `reconcile` finds out by reading (the
+    provider's lookup by idempotency key, the application's own table), never by acting.
+
+    Attributes:
+        tool: the tool's name.
+        arguments: the call's arguments, as the client sent them (read-only by convention).
+        key: the idempotency key (the client's, or the one a bridge derived).
+        scope: the store scope the record lives in (an opaque digest; for logs and lookups
+            keyed by it, not for display).
+        claimed_at: when the lapsed claim was taken (epoch seconds, the store's clock).
+        lapsed_at: when its lease ran out (epoch seconds, the store's clock).
+    """
+
+    tool: str
+    arguments: Any
+    key: str
+    scope: str
+    claimed_at: float | None
+    lapsed_at: float | None
+
+    @property
+    def held_for(self) -> float | None:
+        """Seconds the lapsed claim was held before it lapsed (None when a time is unknown)."""
+        if self.claimed_at is None or self.lapsed_at is None:
+            return None
+        return max(0.0, self.lapsed_at - self.claimed_at)
+
+
+Reconcile = Callable[[LapsedCall], Outcome | Awaitable[Outcome | None] | None]
+"""`reconcile(call) -> Outcome | None`, sync or async: see `Policy.on_lapse`."""
+
+OnLapse = Literal["rerun", "refuse"] | Reconcile
+"""What a retry does when it finds a lapsed claim: `"rerun"`, `"refuse"` or a reconcile."""
+
+
+def _checked_on_lapse(value: object) -> OnLapse:
+    if value in ("rerun", "refuse") or (callable(value) and not isinstance(value, str)):
+        return value
+    raise ValueError(f'on_lapse must be "rerun", "refuse" or a reconcile function, got {value!r}')
+
+
 @dataclass(frozen=True)
 class Policy:
     """How keyed calls to one tool are deduplicated.
@@ -152,13 +209,28 @@ class Policy:
         retention: how long a completed outcome is replayed; after that the key is new again.
             Published in the generated retention documentation (SEP, "Retention").
         lease: how long an in-progress claim lives without renewal. While the tool runs the
-            claim is renewed; if the process dies, a retry runs the tool again after this.
-        max_runtime: how long a running call's claim is renewed (seconds; None: for as long
-            as it runs). Past it the claim is no longer renewed, with an ERROR naming the tool
-            and key digest, and it lapses by lease: a tool that never returns (a deadlock, an
-            elicitation to a client that has gone) does not hold its key for ever. A retry
-            after that may run the tool again, so keep it above the slowest legitimate run.
-            Default `DEFAULT_MAX_RUNTIME` (one hour).
+            claim is renewed; if the process dies, the claim lapses after this, and the retry
+            that finds it does what `on_lapse` says.
+        max_runtime: how long a running call may run before its outcome is declared unknown
+            (seconds; None: for as long as it runs). Past it, with an ERROR naming the tool and
+            key digest, `idempotency_outcome_unknown` is recorded under the running call's
+            owner, so a tool that never returns (a deadlock, an elicitation to a client that
+            has gone) does not hold its key for ever, and it never runs twice: retries get
+            that answer and the client decides with a new key. If the tool does end later,
+            its real outcome replaces the unknown one. Default `DEFAULT_MAX_RUNTIME` (one hour).
+        on_lapse: what a retry does when it finds a lapsed claim, left by an execution whose
+            process died mid-tool (it may have acted; its end was never recorded).
+            `"rerun"` (default, SEP-3182's stated limit): run the tool again, logged at ERROR
+            and counted (`EngineStats.lapsed_reruns`, `idemtools.lapsed_claims`).
+            `"refuse"`: record and answer `idempotency_outcome_unknown`; the key never runs
+            again. A reconcile function `reconcile(call: LapsedCall) -> Outcome | None`,
+            sync or async: the retry takes the claim over (concurrent retries get
+            `idempotency_key_in_progress`), then asks it; an `Outcome` is recorded and
+            answered, `None` runs the tool. A reconcile that raises or exceeds
+            `reconcile_timeout` is answered `idempotency_outcome_unknown`, unrecorded: the
+            claim lapses again and a later retry reconciles again. It must only read; see
+            docs/operations.md, "When the outcome is unknown".
+        reconcile_timeout: seconds a reconcile function may take (default 10).
         scope: whose records a key can match (see `idemtools.scopes`).
         name: the tool's registry name, when it should not follow the function name.
         transactional: run the tool inside the store's transaction (PostgresStore), so its
@@ -193,6 +265,8 @@ class Policy:
     key_header: bool = False
     key_from: tuple[str, ...] = ()
     passes_key_argument: bool = False
+    on_lapse: OnLapse = "rerun"
+    reconcile_timeout: float = DEFAULT_RECONCILE_TIMEOUT
 
     @staticmethod
     def of(
@@ -207,6 +281,8 @@ class Policy:
         key_argument: str | None = None,
         key_header: bool = False,
         key_from: tuple[str, ...] | list[str] | None = None,
+        on_lapse: OnLapse = "rerun",
+        reconcile_timeout: timedelta | float = DEFAULT_RECONCILE_TIMEOUT,
     ) -> Policy:
         """Build a policy from friendly values (timedelta or seconds, plain scope functions)."""
         return Policy(
@@ -220,6 +296,8 @@ class Policy:
             key_argument=key_argument,
             key_header=key_header,
             key_from=_checked_key_from(key_from),
+            on_lapse=on_lapse,
+            reconcile_timeout=_seconds(reconcile_timeout, "reconcile_timeout"),
         )
 
     def __post_init__(self) -> None:
@@ -229,6 +307,10 @@ class Policy:
         object.__setattr__(self, "lease", _seconds(self.lease, "lease"))
         object.__setattr__(self, "max_runtime", _optional_seconds(self.max_runtime, "max_runtime"))
         object.__setattr__(self, "scope", _as_scope(self.scope))
+        object.__setattr__(self, "on_lapse", _checked_on_lapse(self.on_lapse))
+        object.__setattr__(
+            self, "reconcile_timeout", _seconds(self.reconcile_timeout, "reconcile_timeout")
+        )
         _check_bridges(self)
 
     def with_name(self, name: str) -> Policy:
@@ -405,6 +487,8 @@ def idempotent(
     key_argument: str | None = ...,
     key_header: bool = ...,
     key_from: tuple[str, ...] | list[str] | None = ...,
+    on_lapse: OnLapse = ...,
+    reconcile_timeout: timedelta | float = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -423,6 +507,8 @@ def idempotent(
     key_argument: str | None = None,
     key_header: bool = False,
     key_from: tuple[str, ...] | list[str] | None = None,
+    on_lapse: OnLapse = "rerun",
+    reconcile_timeout: timedelta | float = DEFAULT_RECONCILE_TIMEOUT,
 ) -> Any:
     """Declare a tool's idempotency policy; returns the function itself, unchanged.
 
@@ -436,8 +522,13 @@ def idempotent(
     at `context.auth.token`) and runs before every replay and execution, because a replay
     never reaches the handler.
 
-    `max_runtime` (default one hour; None: no limit) bounds how long a running call's claim is
-    renewed, so a tool that never returns does not hold its key for ever (see `Policy`).
+    `max_runtime` (default one hour; None: no limit) bounds how long a running call may run
+    before retries are answered `idempotency_outcome_unknown`, so a tool that never returns
+    does not hold its key for ever and never runs twice (see `Policy`).
+
+    `on_lapse` decides what a retry does after a process died inside the tool: `"rerun"`
+    (default), `"refuse"`, or a reconcile function that checks whether the side effect
+    happened (see `Policy` and docs/operations.md, "When the outcome is unknown").
 
     Two opt-in bridges, outside SEP-3182, for clients that send no `idempotencyKey` (see
     `idemtools.bridges` and docs/bridges.md): `key_argument="idempotency_key"` adds an
@@ -457,6 +548,8 @@ def idempotent(
         key_argument=key_argument,
         key_header=key_header,
         key_from=key_from,
+        on_lapse=on_lapse,
+        reconcile_timeout=reconcile_timeout,
     )
     target = registry if registry is not None else default_registry
 

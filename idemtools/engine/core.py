@@ -46,6 +46,7 @@ from .decision import (
     scope_hash,
 )
 from .execution import Execution, Recording, TransactionalRecording
+from .lapse import lapsed_run, overrun_writer
 from .lease_keeper import LeaseKeeper
 from .lifecycle import Lifecycle
 from .observers import LeaseEvents, Watch, listening_of, observed, observers_of
@@ -81,7 +82,9 @@ class EngineStats:
     lost_claims: int = 0
     released: int = 0
     lease_lapses: int = 0  # renewals or completions later than the lease allowed (ERROR logged)
-    max_runtime_exceeded: int = 0
+    max_runtime_exceeded: int = 0  # calls past max_runtime, answered outcome unknown from then
+    lapsed_claims: int = 0  # lapsed claims found by a retry (an end never recorded), any on_lapse
+    lapsed_reruns: int = 0  # of those, run again (on_lapse="rerun", ERROR logged)
 
 
 class Engine(Lifecycle):
@@ -152,6 +155,7 @@ class Engine(Lifecycle):
             on_lapse=events.lapsed,
             timed=self.telemetry.timed,
             on_overrun=events.overran,
+            record_unknown=overrun_writer(self),
         )
         # How an execution records its outcome, decided per policy when it starts.
         self._recording = Recording(self, self._calls, self.keeper)
@@ -225,11 +229,13 @@ class Engine(Lifecycle):
             # The claim, its common path inline (no frame of its own per call; its other
             # outcomes are the methods after `_answer_existing`).
             held = execution.held = self.keeper.hold(
-                scope, key, owner, policy.lease, policy.max_runtime, call.name
+                scope, key, owner, policy.lease, policy.max_runtime, call.name, execution
             )
             self._executing.add(execution)
             try:
-                claim = await self._calls.claim(scope, key, fp, owner, policy.lease)
+                claim = await self._calls.claim(
+                    scope, key, fp, owner, policy.lease, policy.retention
+                )
             except BaseException as exc:
                 await self._claim_failed(execution, exc)
                 raise
@@ -241,6 +247,12 @@ class Engine(Lifecycle):
             held.claimed = True
             if self._closing:
                 await self._claimed_while_closing(execution)
+            lapsed = claim.lapsed
+            if lapsed is not None:  # an earlier execution's end was never recorded
+                run, counted = lapsed_run(self, execution, lapsed, call.arguments, run)
+                if not counted:
+                    self.stats.executions -= 1  # `_execute` counts it; this one is no run
+
         except RefusedError as exc:
             self.stats.refusals += 1
             log.info(

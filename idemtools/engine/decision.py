@@ -182,7 +182,7 @@ def answer_existing(
         raise ConflictError(
             "idempotencyKey was already used with a different tool name or arguments", key=key
         )
-    if record.status is Status.IN_PROGRESS:
+    if record.status is not Status.COMPLETED:  # running, or a lapsed claim being taken over
         raise InProgressError(
             "a request with this idempotencyKey is still in progress; retry shortly",
             key=key,

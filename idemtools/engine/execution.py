@@ -28,8 +28,9 @@ from ..policy import Policy
 from ..stores.base import Status
 from .decision import failed, key_digest
 from .lease_keeper import Lease, LeaseKeeper
-from .runtime import cancels_the_execution
+from .runtime import cancels_the_execution, spawn
 from .store_calls import StoreCalls, original
+from .unknown import StillRunning
 
 if TYPE_CHECKING:
     from . import Engine
@@ -56,6 +57,7 @@ class Execution:
     held: Lease | None = None  # the lease keeper's hold on the claim
     obs: Watch | None = None  # the observers' watch, when any listens
     reraise: BaseException | None = None  # an interrupt the tool raised, raised once recorded
+    relapse: bool = False  # a reconcile could not decide: the claim goes back to lapsed
 
 
 async def run_tool(ex: Execution, run: Run) -> Outcome:
@@ -102,6 +104,8 @@ class Recording:
 
     async def execute(self, ex: Execution, run: Run) -> Outcome:
         outcome = await run_tool(ex, run)
+        if isinstance(outcome, StillRunning):
+            return await self._still_running(ex, outcome)
         try:
             await self.record(ex, outcome)
         except Exception as exc:
@@ -126,7 +130,7 @@ class Recording:
             # engine itself reports one if `complete` is refused).
             held.claimed = False
         if not outcome.final:
-            await self.store.release(ex.scope, ex.key, ex.owner)
+            await self.store.release(ex.scope, ex.key, ex.owner, lapse=ex.relapse)
             self.engine.stats.released += 1
             return True
         data = outcome.to_bytes()
@@ -147,6 +151,44 @@ class Recording:
                 key_digest(ex.key),
             )
         return recorded
+
+    async def _still_running(self, ex: Execution, unknown: StillRunning) -> Outcome:
+        """Record an unknown outcome replaceably and answer it; its real outcome, should it
+        come, is recorded in the background by the same owner and replaces it."""
+        answer = Outcome(error=unknown.error)
+        later = unknown.later
+        held = ex.held
+        if held is not None:
+            held.claimed = False
+        try:
+            await self.store.complete_unknown(
+                ex.scope, ex.key, ex.owner, answer.to_bytes(), ex.policy.retention, ex.fingerprint
+            )
+        except Exception as exc:
+            self.engine.stats.record_failures += 1
+            log.error(
+                "could not record outcome key_digest=%s: %r", key_digest(ex.key), original(exc)
+            )
+        if later is not None:
+            spawn(self._record_late(ex, later), self.engine._background)
+        return answer
+
+    async def _record_late(self, ex: Execution, later: Awaitable[Outcome | None]) -> None:
+        try:
+            outcome = await later
+            if outcome is None or not outcome.final:
+                return  # nothing came that ends the call: the unknown record stays
+            if await self.record(ex, outcome):
+                log.warning(
+                    "a late outcome replaced idempotency_outcome_unknown key_digest=%s",
+                    key_digest(ex.key),
+                )
+        except Exception as exc:
+            log.error(
+                "could not record a late outcome key_digest=%s: %r",
+                key_digest(ex.key),
+                original(exc),
+            )
 
     def _too_large(self, ex: Execution, size: int) -> bytes:
         """What is recorded in place of an outcome too large to keep: an error saying so."""
@@ -208,7 +250,8 @@ class Recording:
             if done:
                 return True
             # An earlier attempt failed after it had landed (the answer was lost): the
-            # record is then ours, completed, and a store answers a second `complete` no.
+            # record is then ours. Stores answer such a re-sent completion yes; one written
+            # before that answers no, and the record is read to tell.
             return await self._recorded_by(ex)
 
     async def _recorded_by(self, ex: Execution) -> bool:

@@ -52,6 +52,7 @@ class Lease:
     """One live claim the keeper renews: every `lease / 3` seconds until it is dropped."""
 
     __slots__ = (
+        "call",
         "claimed",
         "deadline",
         "done",
@@ -77,6 +78,7 @@ class Lease:
         loop: asyncio.AbstractEventLoop | None,
         deadline: float | None = None,
         tool: str = "",
+        call: object = None,
     ) -> None:
         self.scope = scope
         self.key = key
@@ -99,6 +101,7 @@ class Lease:
         # the tool it runs, for the engine's ERROR.
         self.deadline = deadline
         self.tool = tool
+        self.call = call  # the engine's own handle on the call, for `record_unknown`
 
 
 class LeaseKeeper:
@@ -117,7 +120,12 @@ class LeaseKeeper:
         timed: `timed("renew", awaitable)` wraps each renewal (the engine's telemetry times
             store operations); by default the renewal itself.
         on_overrun: called (on the keeper thread) when a claim's renewal fell due past its
-            `max_runtime`: it is not renewed any more (and lapses by lease).
+            `max_runtime` and it is not renewed any more.
+        record_unknown: `record_unknown(store, lease)` writes, through the keeper's own store
+            (None: the caller's), what a call past its `max_runtime` answers from then on
+            (the engine: `idempotency_outcome_unknown`, replaceable by the call's own
+            outcome); True once written. Until it succeeds the claim stays renewed and the
+            write is tried again; without it the claim simply lapses by lease.
     """
 
     def __init__(
@@ -129,8 +137,10 @@ class LeaseKeeper:
         on_lapse: Callable[[Lease, float], None] | None = None,
         timed: Callable[[str, Awaitable[bool]], Awaitable[bool]] = lambda _op, op: op,
         on_overrun: Callable[[Lease], None] = lambda _held: None,
+        record_unknown: Callable[[Store, Lease], Coroutine[Any, Any, bool]] | None = None,
     ) -> None:
         self._on_overrun = on_overrun
+        self._record_unknown = record_unknown
         self._source = store
         self._timed = timed
         self._on_lost = on_lost
@@ -160,6 +170,7 @@ class LeaseKeeper:
         lease: float,
         max_runtime: float | None = None,
         tool: str = "",
+        call: object = None,
     ) -> Lease:
         """Start renewing a claim just made; `drop` it when the call has ended. With
         `max_runtime`, renewals stop that many seconds from now."""
@@ -178,6 +189,7 @@ class LeaseKeeper:
             loop,
             None if max_runtime is None else now + max_runtime,
             tool,
+            call,
         )
         with self._lock:
             if self._closing:
@@ -269,8 +281,12 @@ class LeaseKeeper:
                     due = [h for h in self._live if h.due <= now and not h.renewing]
                     overrun = [h for h in due if h.deadline is not None and now >= h.deadline]
                     for held in overrun:  # past max_runtime: no more renewals
-                        self._live.discard(held)
                         due.remove(held)
+                        if self._record_unknown is None:
+                            self._live.discard(held)
+                        else:  # renewed on until the unknown outcome is written
+                            held.due = now + held.lease * RETRY_FRACTION
+                            held.renewing = True
                     for held in due:
                         held.due = now + held.lease / 3
                         held.renewing = True
@@ -284,10 +300,12 @@ class LeaseKeeper:
                     # renewal due before then (not for every call: most end long before).
                     self._target = target
                 for held in overrun:
-                    try:
-                        self._on_overrun(held)
-                    except Exception:  # a callback's bug must not stop every other renewal
-                        log.exception("lease keeper: on_overrun failed")
+                    if self._record_unknown is not None:
+                        task = asyncio.create_task(self._overrun(store, held, now))
+                        self._tasks.add(task)
+                        task.add_done_callback(self._tasks.discard)
+                        continue
+                    self._overran(held)
                 for held in due:
                     late = self._lapse(held, now)
                     if late is not None:
@@ -350,6 +368,43 @@ class LeaseKeeper:
                 self._on_lost(held)
         finally:
             held.renewing = False
+
+    def _overran(self, held: Lease) -> None:
+        try:
+            self._on_overrun(held)
+        except Exception:  # a callback's bug must not stop every other renewal
+            log.exception("lease keeper: on_overrun failed")
+
+    async def _overrun(self, store: Store | None, held: Lease, sent: float) -> None:
+        """Past `max_runtime`: write the unknown outcome, then stop renewing. A failed write
+        renews the claim instead (so it does not lapse) and is tried again."""
+        assert self._record_unknown is not None
+        try:
+            if store is not None:
+                written = await self._record_unknown(store, held)
+            elif held.loop is not None:
+                future = asyncio.run_coroutine_threadsafe(
+                    self._record_unknown(self._source, held), held.loop
+                )
+                written = await asyncio.wrap_future(future)
+            else:  # trio without a connection of the keeper's own: nothing to send it on
+                written = False
+        except Exception as exc:
+            written = False
+            if not held.done:
+                self._on_error(held, exc)
+        if held.done:  # the call ended meanwhile: its own outcome is recorded
+            held.renewing = False
+            return
+        if written:
+            with self._lock:
+                self._live.discard(held)
+            held.claimed = False  # no more renewals, and none is late
+            held.renewing = False
+            self._overran(held)
+            return
+        held.renewing = False
+        await self._renew(store, held, sent)
 
     async def _renew_on_caller_loop(self, held: Lease) -> bool:
         if held.loop is None:

@@ -244,10 +244,10 @@ class LeaseEvents:
         # The tool runs past its policy's max_runtime (hung?).
         self.stats.max_runtime_exceeded += 1
         log.error(
-            "keyed call ran past its max_runtime; its claim is no longer renewed and lapses "
-            "by lease within %.1f s, after which a retry may run the tool again tool=%s "
-            "key_digest=%s scope=%s (show or release the key: idemtools keys show|release)",
-            held.lease,
+            "keyed call ran past its max_runtime; idempotency_outcome_unknown is recorded and "
+            "retries get it (never a second run); if the tool ends, its outcome replaces it "
+            "tool=%s key_digest=%s scope=%s (show or release the key: idemtools keys "
+            "show|release)",
             held.tool,
             key_digest(held.key),
             held.scope,

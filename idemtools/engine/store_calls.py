@@ -18,8 +18,9 @@ engine; this module only makes sure each failure reaches it in one shape.
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
@@ -68,11 +69,15 @@ def original(exc: BaseException) -> BaseException:
 class StoreCalls:
     """One engine's store operations; see the module docstring."""
 
-    __slots__ = ("_stats", "_telemetry", "store", "transactional")
+    __slots__ = ("_stats", "_telemetry", "lapses", "replaces", "store", "transactional")
 
     def __init__(self, store: Store, telemetry: Telemetry, stats: EngineStats) -> None:
         self.store = store
         self.transactional = isinstance(store, TransactionalStore)
+        # A store written against the five operations alone takes none of the unknown-outcome
+        # keywords: it never keeps a lapsed claim, and the engine behaves with it as before.
+        self.lapses = _takes(store.claim, "keep_lapsed") and _takes(store.release, "lapse")
+        self.replaces = _takes(store.complete, "replaceable")
         self._telemetry = telemetry
         self._stats = stats
 
@@ -80,12 +85,18 @@ class StoreCalls:
         telemetry = self._telemetry
         return op if telemetry.durations is None else telemetry.timed(operation, op)
 
-    async def claim(self, scope: str, key: str, fp: str, owner: str, lease: float) -> Claim:
+    async def claim(
+        self, scope: str, key: str, fp: str, owner: str, lease: float, keep_lapsed: float = 0.0
+    ) -> Claim:
         """Claim the key; a failure becomes the refusal the client gets
         (`idempotency_store_unavailable`), counted in `stats.store_errors` and logged at
         WARNING with its cause. The client's message never carries the store's details
         (hosts, file paths, SQL, driver text), only a `client_message` the store marked safe."""
-        op: Awaitable[Claim] = self.store.claim(scope, key, fp, owner, lease)
+        op: Awaitable[Claim] = (
+            self.store.claim(scope, key, fp, owner, lease, keep_lapsed=keep_lapsed)
+            if keep_lapsed and self.lapses
+            else self.store.claim(scope, key, fp, owner, lease)
+        )
         if self._telemetry.durations is not None:  # inline: no call when unmetered
             op = self._telemetry.timed("claim", op)
         try:
@@ -139,9 +150,34 @@ class StoreCalls:
         except Exception as exc:
             raise StoreFailure(exc) from exc
 
-    async def release(self, scope: str, key: str, owner: str) -> bool:
+    async def complete_unknown(
+        self, scope: str, key: str, owner: str, data: bytes, retention: float, fp: str
+    ) -> bool:
+        """Record an unknown outcome while the tool may still end: replaceable by this owner
+        alone (a store without `replaceable` records it as final)."""
+        store = self.store
+        op = (
+            store.complete(scope, key, owner, data, retention, fingerprint=fp, replaceable=True)
+            if self.replaces
+            else store.complete(scope, key, owner, data, retention, fingerprint=fp)
+        )
         try:
-            return await self._telemetry.timed("release", self.store.release(scope, key, owner))
+            return await self._telemetry.timed("complete", op)
+        except RefusedError:
+            raise
+        except Exception as exc:
+            raise StoreFailure(exc) from exc
+
+    async def release(self, scope: str, key: str, owner: str, *, lapse: bool = False) -> bool:
+        """Delete the owner's claim; `lapse`: turn it back into a lapsed claim instead, so
+        the next claim finds it (a reconcile that could not decide)."""
+        op = (
+            self.store.release(scope, key, owner, lapse=True)
+            if lapse and self.lapses
+            else self.store.release(scope, key, owner)
+        )
+        try:
+            return await self._telemetry.timed("release", op)
         except RefusedError:
             raise
         except Exception as exc:
@@ -165,3 +201,14 @@ class StoreCalls:
 
     async def aclose(self) -> None:
         await self.store.aclose()
+
+
+def _takes(operation: Callable[..., object], keyword: str) -> bool:
+    """Whether a store operation accepts `keyword` (or any keyword)."""
+    try:
+        parameters = inspect.signature(operation).parameters
+    except (TypeError, ValueError):
+        return False
+    return keyword in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )

@@ -19,6 +19,10 @@ A counter `idemtools.lease.lapses` (`idemtools.store.name`) counts leases that r
 their call was still running: the process could not renew in time (a tool holding the GIL, a
 paused process, an unreachable store), so another instance may have run the tool again.
 
+A counter `idemtools.lapsed_claims` (`idemtools.store.name`, `idemtools.on_lapse`: rerun,
+refuse or reconcile) counts retries that found a lapsed claim: an earlier execution entered
+the tool and its end was never recorded (its process died), and the policy's `on_lapse` decided.
+
 A counter `idemtools.calls` has the same attributes but the digest (one time series per key
 would ruin any metrics backend), and a histogram `idemtools.store.duration` (seconds) times
 every store operation (`idemtools.store.operation`: claim, complete, release, renew, get;
@@ -82,6 +86,7 @@ REFUSAL = "idemtools.refusal"
 TOOL = "gen_ai.tool.name"  # OpenTelemetry MCP / GenAI semantic conventions
 KEY_DIGEST = "idemtools.key_digest"
 KEY_SOURCE = "idemtools.key_source"
+ON_LAPSE = "idemtools.on_lapse"
 STORE_OPERATION = "idemtools.store.operation"
 STORE_NAME = "idemtools.store.name"
 
@@ -165,6 +170,7 @@ class Telemetry:
         self.calls: Counter | None = None
         self.durations: Histogram | None = None
         self.lapses: Counter | None = None
+        self.lapsed_claims: Counter | None = None
         self._due: float | None = None  # next look at the global providers; None: settled
         self._tracing_settled = self._metrics_settled = True
         try:
@@ -211,6 +217,12 @@ class Telemetry:
             description="Leases that ran out while their call was still running (not renewed "
             "in time)",
         )
+        self.lapsed_claims = meter.create_counter(
+            "idemtools.lapsed_claims",
+            unit="{claim}",
+            description="Lapsed claims found by a retry (an execution whose end was never "
+            "recorded), by on_lapse",
+        )
         self._metrics_settled = True
 
     def _look(self) -> None:
@@ -251,6 +263,14 @@ class Telemetry:
                 self.lapses.add(1, {STORE_NAME: self.store_name})
             except Exception:  # a broken SDK or reader must not break the keeper
                 log.exception("could not count a lease lapse")
+
+    def lapsed_claim(self, on_lapse: str) -> None:
+        """Count one lapsed claim a retry found, by what its policy's `on_lapse` did."""
+        if self.lapsed_claims is not None:
+            try:
+                self.lapsed_claims.add(1, {STORE_NAME: self.store_name, ON_LAPSE: on_lapse})
+            except Exception:
+                log.exception("could not count a lapsed claim")
 
     # -- tool names ---------------------------------------------------------------------------
 

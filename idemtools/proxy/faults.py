@@ -4,13 +4,20 @@ The upstream died, its pipe or connection broke, or it did not answer within the
 `max_runtime`: the call may or may not have run. In the library a tool's own error is the
 call's outcome; here that uncertainty is. It is recorded and replayed as a JSON-RPC error with
 `error.data.type` `idempotency_outcome_unknown`, so the tool never runs twice under one key; the
-client decides, with a new key, whether to try again.
+client decides, with a new key, whether to try again. The answer is the engine's own
+(`idemtools.engine.unknown`), so the library and the proxy record the same thing.
+
+An upstream that died has no late answer: that record stays. One only silent past
+`max_runtime` may still answer: its late answer replaces the record (`late_unknown`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
+from ..engine.unknown import OUTCOME_UNKNOWN, StillRunning
+from ..engine.unknown import outcome_unknown as _unknown
 from ..errors import ErrorCodes
 from ..outcome import Outcome
 
@@ -19,12 +26,12 @@ __all__ = [
     "OUTCOME_UNKNOWN_CODE",
     "UPSTREAM_UNAVAILABLE",
     "UpstreamLost",
+    "late_unknown",
     "not_sent",
     "outcome_unknown",
     "unavailable_error",
 ]
 
-OUTCOME_UNKNOWN = "idempotency_outcome_unknown"
 OUTCOME_UNKNOWN_CODE = ErrorCodes().idempotency_outcome_unknown
 """Next to idemtools' own codes (-31051..-31060), outside -32768..-32000 as the 2026-07-28
 spec asks of application codes. Clients read `error.data.type`, not the code."""
@@ -46,12 +53,14 @@ class UpstreamLost(Exception):
 
 def outcome_unknown(key: str, reason: str) -> Outcome:
     """The recorded outcome of a keyed call whose upstream answer is lost for good."""
-    return Outcome.of_error(
-        OUTCOME_UNKNOWN_CODE,
-        f"the upstream server gave no answer ({reason}); the call may or may not have run, and "
-        "it will not run again under this idempotencyKey: retry with a new key if it must",
-        {"type": OUTCOME_UNKNOWN, "idempotencyKey": key},
-    )
+    return _unknown(key, f"the upstream server gave no answer ({reason})")
+
+
+def late_unknown(key: str, reason: str, later: Awaitable[Outcome | None]) -> Outcome:
+    """`outcome_unknown` for an upstream still silent past `max_runtime`: recorded so that its
+    late answer, awaited by `later` (None: none came), replaces it."""
+    unknown = outcome_unknown(key, reason)
+    return StillRunning(error=unknown.error, later=later)
 
 
 def not_sent(reason: str) -> Outcome:

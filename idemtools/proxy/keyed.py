@@ -26,7 +26,7 @@ from ..outcome import Outcome
 from ..policy import Policy
 from ..scopes import CallContext
 from .config import ProxyConfig
-from .faults import UpstreamLost, not_sent, outcome_unknown
+from .faults import UpstreamLost, late_unknown, not_sent, outcome_unknown
 from .ingress import refusal
 from .unknown import Verdict, verdict
 
@@ -199,21 +199,32 @@ class KeyedCalls:
             forwarded = (
                 params if self.config.forward_key else {k: v for k, v in params.items() if k != KEY}
             )
+            # The request goes on past max_runtime: a late answer replaces the unknown record.
+            request = asyncio.ensure_future(upstream.request("tools/call", forwarded, timeout=None))
             try:
-                reply = await upstream.request("tools/call", forwarded, timeout=policy.max_runtime)
+                done, _ = await asyncio.wait({request}, timeout=policy.max_runtime)
+            except BaseException:
+                request.cancel()
+                raise
+            if not done:
+                log.error(
+                    "keyed call still unanswered after max_runtime %.0f s (tool=%s); recorded "
+                    "as outcome unknown until its answer comes",
+                    policy.max_runtime or 0,
+                    name,
+                )
+                return late_unknown(
+                    str(key),
+                    "no answer within the tool's max_runtime",
+                    self._late(request, name, params, upstream),
+                )
+            try:
+                reply = request.result()
             except UpstreamLost as exc:
                 if not exc.sent:
                     return not_sent(exc.reason)
                 log.error("keyed call lost: %s (tool=%s); recorded as outcome unknown", exc, name)
                 return outcome_unknown(str(key), exc.reason)
-            except TimeoutError:
-                log.error(
-                    "keyed call still unanswered after max_runtime %.0f s (tool=%s); recorded "
-                    "as outcome unknown",
-                    policy.max_runtime or 0,
-                    name,
-                )
-                return outcome_unknown(str(key), "no answer within the tool's max_runtime")
             outcome = await self._outcome(reply, name, params, upstream)
             result = outcome.result
             if result is not None:
@@ -238,6 +249,26 @@ class KeyedCalls:
         if recorded_modern != modern:
             result = self._envelope(result, modern)
         return {"jsonrpc": "2.0", "id": rid, "result": result}
+
+    async def _late(
+        self,
+        request: asyncio.Future[dict[str, Any]],
+        name: str,
+        params: Mapping[str, Any],
+        upstream: Upstream,
+    ) -> Outcome | None:
+        """The outcome of an upstream answer that came after max_runtime; None when the
+        upstream died first (the unknown record then stays)."""
+        try:
+            reply = await request
+        except (UpstreamLost, TimeoutError, OSError) as exc:
+            log.error("late keyed call lost: %s (tool=%s); outcome stays unknown", exc, name)
+            return None
+        outcome = await self._outcome(reply, name, params, upstream)
+        result = outcome.result
+        if result is not None and _modern(params) != ("resultType" in result):
+            return Outcome(result={**result, ERA_MARK: _era(params)}, final=outcome.final)
+        return outcome
 
     def _learn_stamp(self, result: Mapping[str, Any], modern: bool) -> None:
         meta = result.get("_meta")

@@ -4,15 +4,31 @@ The engine hashes, validates and decides; a store only keeps records and answers
 (one lock, one transaction, one Lua script). Times are seconds measured by the store's own clock,
 so stores that share a server (Redis, PostgreSQL) never compare clocks across machines.
 
-    claim    no live record → create IN_PROGRESS(owner, fingerprint), lease seconds; return CLAIMED
-             live record    → return it untouched
-    renew    IN_PROGRESS and held by owner → extend the lease
-    complete IN_PROGRESS and held by owner → COMPLETED(outcome), kept for `retention` seconds;
-             also after the owner's lease ran out, as long as nobody else claimed the key
-             (late completion; with `fingerprint`, a claim that expired away entirely is
-             recorded anew)
-    release  IN_PROGRESS and held by owner → delete (the call ended without a final outcome)
-    get      the live record, or None
+    claim    no record (or an expired one) → create IN_PROGRESS(owner, fingerprint, claimed_at),
+               lease seconds, remembered as a LAPSED claim for `keep_lapsed` seconds after its
+               lease runs out (0: a lapsed lease frees the key, as before lapsed claims)
+             IN_PROGRESS of the same owner (a re-sent claim) → CLAIMED, unchanged
+             LAPSED, same fingerprint → taken over: IN_PROGRESS(owner), CLAIMED with
+               `lapsed` = the lapsed record (its dead owner, claimed_at, lapsed_at)
+             LAPSED, another fingerprint, or any other live record → return it untouched
+    renew    IN_PROGRESS, live and held by owner → extend the lease (and the lapsed keep after it)
+    complete IN_PROGRESS or LAPSED held by owner → COMPLETED(outcome), kept for `retention`
+               seconds (late completion: the lease may have run out, as long as nobody else
+               claimed the key; with `fingerprint`, a claim that expired away entirely is
+               recorded anew); `replaceable` lets the same owner overwrite it later
+             COMPLETED by the same owner: replaceable → overwritten; else a re-sent
+               completion → True, unchanged
+             anyone else's record → False (fencing)
+    release  IN_PROGRESS, live and held by owner → delete (the call ended without a final
+               outcome); with `lapse=True` → LAPSED at once, kept for its keep_lapsed
+    get      the live record (LAPSED ones included), or None
+
+Every write is idempotent by owner: a claim or completion that finds its own owner token
+already in place is its own success, whoever re-sent it (the store's retry, the driver's, a
+proxy's). Owner tokens are unique per execution, so such a record can only be ours.
+
+Lapsed claims count in a store's bounds (records and bytes) like the claim they were. A
+record written before lapsed claims existed (no keep) lapses as it always did: a free key.
 
 A record "held by owner" is fenced: a process whose lease ran out and was claimed anew can never
 complete, renew or release the newer claim, nor overwrite a completed record. `complete` alone
@@ -78,14 +94,22 @@ bytes, SQLiteStore's bytes): a caller flooding unique keys is refused
 class Status(str, enum.Enum):
     IN_PROGRESS = "in_progress"
     COMPLETED = "completed"
+    LAPSED = "lapsed"
+    """A claim whose lease ran out without being completed, renewed or released (its process
+    died or stopped renewing): kept for the tool's retention so the next claim finds it
+    instead of running the tool again blindly."""
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
     """One idempotency record as a store returns it.
 
-    `remaining` is the seconds left before the record expires (lease or retention), as the
-    store saw it when it answered; the engine derives `retryAfterMs` from it.
+    `remaining` is the seconds left before the record expires (lease or retention; for a
+    LAPSED record, before the lapsed claim itself is dropped), as the store saw it when it
+    answered; the engine derives `retryAfterMs` from it. `claimed_at` and `lapsed_at` are
+    epoch seconds of the store's clock (None when the store does not know them: a record
+    written before they were kept); `replaceable` marks a completed outcome its owner may
+    still overwrite.
     """
 
     status: Status
@@ -93,14 +117,21 @@ class Record:
     owner: str
     remaining: float
     outcome: bytes | None = None
+    claimed_at: float | None = None
+    lapsed_at: float | None = None
+    replaceable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """The answer to `claim`: either we now hold the key, or the record that already does."""
+    """The answer to `claim`: either we now hold the key, or the record that already does.
+
+    `lapsed`: with `claimed`, the lapsed claim (status LAPSED, its dead owner) this claim has
+    just taken over, so the engine can reconcile what that execution may have done."""
 
     claimed: bool
     existing: Record | None = None
+    lapsed: Record | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +175,14 @@ class Store(Protocol):
     """Short name for documentation: "memory", "sqlite", "redis", "postgres"."""
 
     async def claim(
-        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
+        self,
+        scope: str,
+        key: str,
+        fingerprint: str,
+        owner: str,
+        lease: float,
+        *,
+        keep_lapsed: float = 0.0,
     ) -> Claim: ...
 
     async def renew(self, scope: str, key: str, owner: str, lease: float) -> bool: ...
@@ -158,9 +196,10 @@ class Store(Protocol):
         retention: float,
         *,
         fingerprint: str | None = None,
+        replaceable: bool = False,
     ) -> bool: ...
 
-    async def release(self, scope: str, key: str, owner: str) -> bool: ...
+    async def release(self, scope: str, key: str, owner: str, *, lapse: bool = False) -> bool: ...
 
     async def get(self, scope: str, key: str) -> Record | None: ...
 

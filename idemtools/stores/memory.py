@@ -33,6 +33,12 @@ would turn the bound into a second execution (the retry finds no record), so eve
 reserves room for a tombstone (`TOMBSTONE_RESERVE` bytes), and a completion whose outcome does
 not fit the budget (or its scope's) records the tombstone instead: the budget is hard, and the
 retry is refused with `idempotency_outcome_not_kept`, never run again.
+
+Lapsed claims
+-------------
+A claim made with `keep_lapsed` stays in the claims' `_Records` after its lease ran out, LAPSED,
+until `keep_lapsed` seconds past it (its heap entry is that instant): it keeps counting in every
+bound above like the claim it was, and the next claim of its key finds it.
 """
 
 from __future__ import annotations
@@ -75,13 +81,36 @@ _Meta = bytes | tuple[str, str]
 
 class _Entry:
     # Mutable on purpose: renew/complete update in place and re-set the item to move its expiry.
-    # Status is not stored: it is which `_Records` holds the entry.
-    __slots__ = ("base", "expires", "meta", "outcome")
+    # Status is not stored: it is which `_Records` holds the entry (and, for a claim, whether
+    # its lease ran out: LAPSED while `keep` lasts).
+    __slots__ = (
+        "base",
+        "claimed",
+        "expires",
+        "keep",
+        "meta",
+        "outcome",
+        "replaceable",
+        "took_over",
+    )
 
-    def __init__(self, meta: _Meta, expires: float, id_size: int) -> None:
+    def __init__(
+        self,
+        meta: _Meta,
+        expires: float,
+        id_size: int,
+        claimed: float | None = None,
+        keep: float = 0.0,
+    ) -> None:
         self.meta = meta
         self.expires = expires
         self.outcome: bytes | None = None
+        self.claimed = claimed  # the clock when claimed (None: recorded by a late completion)
+        self.keep = keep  # seconds kept LAPSED after `expires` (claims only)
+        self.replaceable = False
+        # The lapsed claim this claim took over (owner, claimed, lapsed, until), so a
+        # take-over sent again is answered with it again.
+        self.took_over: tuple[str, float | None, float, float] | None = None
         # The bytes this record costs before it has an outcome (see RECORD_OVERHEAD).
         if isinstance(meta, bytes):
             self.base = RECORD_OVERHEAD + id_size + len(meta)
@@ -92,6 +121,10 @@ class _Entry:
         """What this record costs now: an outcome added by `complete` counts from then on."""
         outcome = self.outcome
         return self.base if outcome is None else self.base + len(outcome)
+
+    def until(self) -> float:
+        """When nothing of the record is left: its expiry, or the end of its lapsed keep."""
+        return self.expires + self.keep
 
 
 def _scope_of(rid: bytes) -> bytes:
@@ -171,9 +204,9 @@ class _Records:
         """Note `entry.expires` (a new record, or a renewal that just moved it)."""
         heap = self.heap
         if len(heap) > 2 * len(self.entries) + 16:
-            heap[:] = [(e.expires, r) for r, e in self.entries.items()]
+            heap[:] = [(e.until(), r) for r, e in self.entries.items()]
             heapq.heapify(heap)
-        heapq.heappush(heap, (entry.expires, rid))
+        heapq.heappush(heap, (entry.until(), rid))
 
     def remove(self, rid: bytes, sid: bytes | None = None) -> None:
         """Remove a record; `sid` is `_scope_of(rid)` when the caller has it already."""
@@ -186,7 +219,7 @@ class _Records:
         while heap and heap[0][0] <= now:
             _, rid = heapq.heappop(heap)
             entry = entries.get(rid)
-            if entry is not None and entry.expires <= now:  # else moved: a newer entry follows
+            if entry is not None and entry.until() <= now:  # else moved: a newer entry follows
                 self.remove(rid)
 
 
@@ -249,6 +282,10 @@ def _owner_of(meta: _Meta) -> str:
     return meta[32:].hex() if isinstance(meta, bytes) else meta[1]
 
 
+def _fingerprint_of(meta: _Meta) -> str:
+    return meta[:32].hex() if isinstance(meta, bytes) else meta[0]
+
+
 class MemoryStore:
     """Records in this process's memory: lost on restart, invisible to other instances.
 
@@ -270,7 +307,9 @@ class MemoryStore:
             them: a claim beyond it is refused with `QuotaExceededError`, an outcome that
             would take its scope past it is kept as a tombstone. Default: a tenth of
             `max_bytes`. None: no per-scope budget.
-        clock: seconds, monotonic; inject a fake to test expiry without sleeping.
+        clock: seconds, monotonic; inject a fake to test expiry without sleeping. Records
+            report `claimed_at`/`lapsed_at` on this clock, moved to the epoch when it is the
+            default monotonic one.
     """
 
     kind = "memory"
@@ -298,6 +337,7 @@ class MemoryStore:
         self.max_records_per_scope: int | None = max_records_per_scope
         self.max_bytes_per_scope: int | None = max_bytes_per_scope
         self._clock = clock
+        self._epoch = time.time() - time.monotonic() if clock is time.monotonic else 0.0
         self.outcomes_not_kept = 0
         """Completions recorded as a tombstone because the outcome did not fit `max_bytes`."""
         # Nothing is ever evicted: `claim` and `complete` check every bound first.
@@ -335,22 +375,44 @@ class MemoryStore:
         # every hot path of this store.
         return _scope_prefix(scope) + key.encode("utf-8", "surrogatepass")
 
-    @staticmethod
-    def _record(entry: _Entry, status: Status, now: float) -> Record:
+    def _record(self, entry: _Entry, status: Status, now: float) -> Record:
         meta = entry.meta
         if isinstance(meta, bytes):
             fingerprint, owner = meta[:32].hex(), meta[32:].hex()
         else:
             fingerprint, owner = meta
-        return Record(status, fingerprint, owner, max(0.0, entry.expires - now), entry.outcome)
+        claimed = entry.claimed
+        if status is Status.LAPSED:
+            return Record(
+                status,
+                fingerprint,
+                owner,
+                max(0.0, entry.until() - now),
+                None,
+                None if claimed is None else claimed + self._epoch,
+                entry.expires + self._epoch,
+            )
+        return Record(
+            status,
+            fingerprint,
+            owner,
+            max(0.0, entry.expires - now),
+            entry.outcome,
+            None if claimed is None else claimed + self._epoch,
+            None,
+            entry.replaceable,
+        )
 
     def _find(self, rid: bytes, now: float) -> tuple[_Entry, Status] | None:
         entry = self._done.entries.get(rid)
         if entry is not None and entry.expires > now:
             return entry, Status.COMPLETED
         claim = self._running.entries.get(rid)
-        if claim is not None and claim.expires > now:
-            return claim, Status.IN_PROGRESS
+        if claim is not None:
+            if claim.expires > now:
+                return claim, Status.IN_PROGRESS
+            if claim.expires + claim.keep > now:
+                return claim, Status.LAPSED
         return None
 
     def _expire(self, now: float) -> None:
@@ -363,7 +425,14 @@ class MemoryStore:
             return len(self._running.entries) + len(self._done.entries)
 
     async def claim(
-        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
+        self,
+        scope: str,
+        key: str,
+        fingerprint: str,
+        owner: str,
+        lease: float,
+        *,
+        keep_lapsed: float = 0.0,
     ) -> Claim:
         sid = _scope_prefix(scope)
         rid = sid + key.encode("utf-8", "surrogatepass")  # `_id`, with the scope's part kept
@@ -371,8 +440,8 @@ class MemoryStore:
             now = self._clock()
             found = self._find(rid, now)
             if found is not None:
-                return Claim(False, self._record(*found, now))
-            entry = _Entry(_pack(fingerprint, owner), now + lease, len(rid))
+                return self._claim_found(rid, sid, found, fingerprint, owner, lease, keep_lapsed)
+            entry = _Entry(_pack(fingerprint, owner), now + lease, len(rid), now, keep_lapsed)
             size = entry.size() + TOMBSTONE_RESERVE  # with the room its tombstone may need
             refusal = self._over_bound(sid, size, key)
             if refusal is not None:
@@ -384,6 +453,48 @@ class MemoryStore:
                     raise refusal
             self._running.add(rid, entry, now, sid)
             return _CLAIMED
+
+    def _claim_found(
+        self,
+        rid: bytes,
+        sid: bytes,
+        found: tuple[_Entry, Status],
+        fingerprint: str,
+        owner: str,
+        lease: float,
+        keep: float,
+    ) -> Claim:
+        """A claim of a key that holds a record: ours already (a re-sent claim), a lapsed
+        claim of the same fingerprint to take over, or the record to answer with."""
+        entry, status = found
+        now = self._clock()
+        if status is Status.IN_PROGRESS and _owner_of(entry.meta) == owner:
+            # Ours already: a re-sent claim, answered as the first was.
+            took = entry.took_over
+            if took is None:
+                return _CLAIMED
+            prior, claimed, lapsed_at, until = took
+            return Claim(
+                True,
+                None,
+                Record(
+                    Status.LAPSED,
+                    _fingerprint_of(entry.meta),
+                    prior,
+                    max(0.0, until - now),
+                    None,
+                    None if claimed is None else claimed + self._epoch,
+                    lapsed_at + self._epoch,
+                ),
+            )
+        if status is not Status.LAPSED or _fingerprint_of(entry.meta) != fingerprint:
+            return Claim(False, self._record(entry, status, now))
+        lapsed = self._record(entry, status, now)
+        # The same record, under a new owner: it needs no more room than it held.
+        taken = _Entry(_pack(fingerprint, owner), now + lease, len(rid), now, keep)
+        taken.took_over = (lapsed.owner, entry.claimed, entry.expires, entry.until())
+        self._running.add(rid, taken, now, sid)
+        return Claim(True, None, lapsed)
 
     def _over_bound(self, sid: bytes, size: int, key: str) -> RefusedError | None:
         """The refusal of a claim costing `size` bytes in scope `sid`, None when it fits.
@@ -430,6 +541,7 @@ class MemoryStore:
         retention: float,
         *,
         fingerprint: str | None = None,
+        replaceable: bool = False,
     ) -> bool:
         # Kept as an exact-size copy: orjson's `dumps` (how `Outcome.to_bytes` writes) returns
         # bytes that keep its whole write buffer, 4 KiB at least, so a kept record would cost
@@ -440,10 +552,15 @@ class MemoryStore:
         with self._lock:
             now = self._clock()
             completed = self._done.entries.get(rid)
-            if completed is not None and completed.expires > now:
-                return False  # a completed record is final
             claim = self._running.entries.get(rid)
-            if claim is not None:
+            if completed is not None and completed.expires > now:
+                if _owner_of(completed.meta) != owner:
+                    return False  # a completed record is final...
+                if not completed.replaceable:
+                    return True  # ...and ours already: a re-sent completion
+                self._done.remove(rid, sid)  # ours, and replaceable: recorded anew below
+                entry = completed
+            elif claim is not None:
                 # Late completion: our own claim, live or not, as long as nobody re-claimed.
                 if _owner_of(claim.meta) != owner:
                     return False
@@ -455,6 +572,9 @@ class MemoryStore:
             else:
                 return False
             entry.outcome = outcome
+            # Claims' bookkeeping ends here (claimed_at is a claim's, not an outcome's).
+            entry.keep, entry.replaceable, entry.claimed = 0.0, replaceable, None
+            entry.took_over = None
             if self._no_room(sid, entry.size()):
                 self._expire(now)
                 if self._no_room(sid, entry.size()):
@@ -485,12 +605,18 @@ class MemoryStore:
         self.outcomes_not_kept += 1
         return memoryview(not_kept("memory store", outcome, self.max_bytes, key)).tobytes()
 
-    async def release(self, scope: str, key: str, owner: str) -> bool:
+    async def release(self, scope: str, key: str, owner: str, *, lapse: bool = False) -> bool:
         rid = self._id(scope, key)
         with self._lock:
-            if self._held(rid, owner, self._clock()) is None:
+            now = self._clock()
+            entry = self._held(rid, owner, now)
+            if entry is None:
                 return False
-            self._running.remove(rid)
+            if lapse and entry.keep > 0:
+                entry.expires = now  # LAPSED from now, for its keep
+                self._running.moved(rid, entry)
+            else:
+                self._running.remove(rid)
             return True
 
     async def get(self, scope: str, key: str) -> Record | None:

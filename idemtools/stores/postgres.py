@@ -60,6 +60,14 @@ Why it is built this way:
   tool again against a database that never saw the first attempt. A tool that fails (raises,
   returns `isError`, or hits an SQL error) is rolled back to a savepoint taken before it ran,
   and its error record commits alone: the retry replays the error, the writes are gone.
+* **Lapsed claims.** `lease_end` is a claim's lease end, `expires_at` the end of the row: the
+  lease plus the claim's `keep_lapsed`. Every bound, count and purge, written on `expires_at`,
+  counts a lapsed claim like the claim it was; a row in progress whose `lease_end` passed is
+  LAPSED, and a claim of the same fingerprint takes it over with one conditional UPDATE (the
+  dead owner's row, or nothing). A row of an earlier release has no `lease_end` and is a free
+  key once its `expires_at` (its lease's end) passed, as it was. `schema_sql()` adds the
+  columns to an existing table (`ALTER TABLE … ADD COLUMN IF NOT EXISTS`): run
+  `create_schema()` (or the migration) again when upgrading.
 * **Transactions never take the whole pool.** A transactional call holds its connection while
   its tool runs, possibly for longer than a lease; with as many such calls as connections, every
   claim, completion, release and replay of the other calls would wait for the pool's `timeout`
@@ -73,6 +81,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -238,7 +247,8 @@ class PostgresStore:
         self._q_renew = q["renew"]
         self._q_complete = q["complete"]
         self._q_complete_late = q["complete_late"]
-        self._q_complete_retry = q["complete_retry"]
+        self._q_take_over = q["take_over"]
+        self._q_release_lapse = q["release_lapse"]
         self._q_release = q["release"]
         self._q_forget = q["forget"]
         self._q_get = q["get"]
@@ -380,8 +390,16 @@ class PostgresStore:
     owner       text        NOT NULL,
     outcome     bytea,
     expires_at  timestamptz NOT NULL,
+    lease_end   timestamptz,
+    claimed_at  timestamptz,
+    replaceable boolean     NOT NULL DEFAULT false,
+    took_over   text,
     PRIMARY KEY (scope, key)
 );
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease_end timestamptz,
+    ADD COLUMN IF NOT EXISTS claimed_at timestamptz,
+    ADD COLUMN IF NOT EXISTS replaceable boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS took_over text;
 CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
 """
             )
@@ -515,6 +533,13 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
                 "the idempotency store is out of disk space; new keyed calls are refused",
                 key=key,
             ) from exc
+        except psycopg.errors.UndefinedColumn as exc:
+            raise StoreUnavailableError(
+                f"the idempotency table {self.table!r} lacks this release's columns; run "
+                "`await store.create_schema()` or apply PostgresStore.schema_sql() again "
+                f"({exc})",
+                key=key,
+            ) from exc
         except psycopg.errors.UndefinedTable as exc:
             raise StoreUnavailableError(
                 f"the idempotency table {self.table!r} does not exist; run "
@@ -542,7 +567,7 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
 
     @staticmethod
     def _record(row: tuple[Any, ...], key: str) -> Record:
-        status_raw, fp, owner, outcome, remaining = row
+        status_raw, fp, owner, outcome, remaining, lease_left, claimed_at, lease_end, repl = row[:9]
         if status_raw == "p":
             status = Status.IN_PROGRESS
         elif status_raw == "c":
@@ -551,20 +576,43 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
             raise _corrupt(key, f"unknown status {status_raw!r}")
         if status is Status.COMPLETED and outcome is None:
             raise _corrupt(key, "completed without an outcome")
+        lapsed_at = None
+        if status is Status.IN_PROGRESS and lease_left is not None:
+            if lease_left <= 0:  # its lease ran out: kept, lapsed, until expires_at
+                status, lapsed_at = Status.LAPSED, lease_end
+            else:
+                remaining = lease_left
         return Record(
             status=status,
             fingerprint=fp,
             owner=owner,
             remaining=max(0.0, float(remaining)),
             outcome=None if outcome is None else bytes(outcome),
+            claimed_at=None if status is Status.COMPLETED else claimed_at,
+            lapsed_at=lapsed_at,
+            replaceable=bool(repl),
         )
 
     # -- the protocol ---------------------------------------------------------------------------
 
     async def claim(
-        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
+        self,
+        scope: str,
+        key: str,
+        fingerprint: str,
+        owner: str,
+        lease: float,
+        *,
+        keep_lapsed: float = 0.0,
     ) -> Claim:
-        params = {"s": _b(scope), "k": _b(key), "f": fingerprint, "o": owner, "lease": lease}
+        params = {
+            "s": _b(scope),
+            "k": _b(key),
+            "f": fingerprint,
+            "o": owner,
+            "lease": lease,
+            "keep": max(0.0, keep_lapsed),
+        }
         quota = self.max_records_per_scope
 
         async def op(conn: AsyncConnection[Any], retrying: bool) -> Claim:
@@ -606,8 +654,15 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
                     await self._maybe_purge(conn)
                     return Claim(claimed=True)
                 record = self._record(row[1:], key)
-                if retrying and record.owner == owner and record.status is Status.IN_PROGRESS:
-                    return Claim(claimed=True)  # our first attempt landed before the break
+                if record.owner == owner and record.status is Status.IN_PROGRESS:
+                    # Ours already: a re-sent claim landed first; answered as the first was.
+                    return Claim(claimed=True, lapsed=_took_over(row[10], fingerprint, row[11]))
+                if record.status is Status.LAPSED and record.fingerprint == fingerprint:
+                    # Taken over only if it is still that dead owner's lapsed claim.
+                    cur = await conn.execute(self._q_take_over, {**params, "dead": record.owner})
+                    if cur.rowcount == 1:
+                        return Claim(claimed=True, lapsed=record)
+                    continue  # someone else took it (or it ended) meanwhile: ask again
                 return Claim(claimed=False, existing=record)
             raise StoreUnavailableError(
                 "PostgreSQL claim did not settle under contention; retry", key=key
@@ -633,7 +688,7 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
             await conn.execute(self._q_purge, (self.purge_limit,))
 
     async def renew(self, scope: str, key: str, owner: str, lease: float) -> bool:
-        params = (lease, _b(scope), _b(key), owner)
+        params = (lease, lease, _b(scope), _b(key), owner)
 
         async def op(conn: AsyncConnection[Any], _retrying: bool) -> bool:
             cur = await conn.execute(self._q_renew, params)
@@ -662,6 +717,7 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
         retention: float,
         *,
         fingerprint: str | None = None,
+        replaceable: bool = False,
     ) -> bool:
         params = {
             "v": outcome,
@@ -670,6 +726,7 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
             "k": _b(key),
             "o": owner,
             "f": fingerprint,
+            "r": replaceable,
         }
         # One statement either way: the UPDATE of our claim, or (with a fingerprint) the
         # INSERT that also records a claim that expired and was purged meanwhile.
@@ -680,8 +737,10 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
                 return await self._in_tx(tx, query, params, key)
             return await self._complete_in_tx(tx, query, params, key)
 
-        async def op(conn: AsyncConnection[Any], retrying: bool) -> bool:
-            q = self._q_complete_retry if retrying and fingerprint is not None else query
+        async def op(conn: AsyncConnection[Any], _retrying: bool) -> bool:
+            # A re-sent completion that finds our own completed record is answered yes by
+            # the statement itself, so a retry needs no statement of its own.
+            q = query
             if self.max_bytes is None:
                 cur = await conn.execute(q, params)
                 return cur.rowcount == 1
@@ -714,13 +773,19 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
             ) from exc
         return await self._in_tx(tx, query, {**params, "v": self._not_kept(params["v"], key)}, key)
 
-    async def release(self, scope: str, key: str, owner: str) -> bool:
+    async def release(self, scope: str, key: str, owner: str, *, lapse: bool = False) -> bool:
         params = (_b(scope), _b(key), owner)
         tx = self._tx_for(scope, key, owner)
         if tx is not None:
+            if lapse and await self._in_tx(tx, self._q_release_lapse, params, key):
+                return True
             return await self._in_tx(tx, self._q_release, params, key)
 
         async def op(conn: AsyncConnection[Any], _retrying: bool) -> bool:
+            if lapse:  # LAPSED from now, for the keep it was claimed with (if any)
+                cur = await conn.execute(self._q_release_lapse, params)
+                if cur.rowcount == 1:
+                    return True
             cur = await conn.execute(self._q_release, params)
             return cur.rowcount == 1
 
@@ -799,6 +864,21 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
             await self._pool.close()
 
 
+def _took_over(took: str | None, fingerprint: str, now: float) -> Record | None:
+    """The lapsed claim a claim took over (its `took_over` JSON), as the take-over gave it."""
+    if took is None:
+        return None
+    owner, claimed_at, lapsed_at, until = json.loads(took)
+    return Record(
+        Status.LAPSED,
+        fingerprint,
+        owner,
+        max(0.0, float(until) - now),
+        claimed_at=None if claimed_at is None else float(claimed_at),
+        lapsed_at=float(lapsed_at),
+    )
+
+
 def _with_autocommit(kwargs: Any) -> Any:
     # psycopg_pool 3.3 also accepts a callable that builds the kwargs: that one is kept as is.
     return {**kwargs, "autocommit": True} if isinstance(kwargs, dict) else kwargs
@@ -874,64 +954,96 @@ def _queries(table: str) -> dict[str, str]:
     t = _table_ident(table)
     now = sql.SQL("statement_timestamp()")
     live = sql.SQL("expires_at > statement_timestamp()")
+    # A live lease: `lease_end`, or for a row of an earlier release (none) `expires_at`.
+    held = sql.SQL("coalesce(lease_end, expires_at) > statement_timestamp()")
+    # What every read returns of a record (`PostgresStore._record`).
+    fields = sql.SQL(
+        """status, fingerprint, owner, outcome,
+       extract(epoch FROM expires_at - statement_timestamp())::float8,
+       extract(epoch FROM lease_end - statement_timestamp())::float8,
+       extract(epoch FROM claimed_at)::float8, extract(epoch FROM lease_end)::float8,
+       replaceable, took_over, extract(epoch FROM statement_timestamp())::float8"""
+    )
+    # A completion of our own completed record: the replaceable one is overwritten, any
+    # other kept as it is (a re-sent completion, answered yes by the row it matched).
+    kept = sql.SQL("r.status = 'c' AND NOT r.replaceable")
+    completing = sql.SQL(
+        """status = 'c',
+    outcome = CASE WHEN {kept} THEN r.outcome ELSE %(v)s END,
+    expires_at = CASE WHEN {kept} THEN r.expires_at
+                      ELSE {now} + make_interval(secs => %(ret)s) END,
+    replaceable = CASE WHEN {kept} THEN false ELSE %(r)s END,
+    lease_end = NULL, claimed_at = NULL, took_over = NULL"""
+    ).format(kept=kept, now=now)
+    ours = sql.SQL("(r.status = 'p' OR (r.status = 'c' AND r.expires_at > {now}))").format(now=now)
     texts = {
         # One statement: take the key if it is free or expired, else read the live record.
         "claim": sql.SQL(
             """WITH ins AS (
-    INSERT INTO {t} AS r (scope, key, status, fingerprint, owner, outcome, expires_at)
+    INSERT INTO {t} AS r (scope, key, status, fingerprint, owner, outcome, expires_at,
+                          lease_end, claimed_at, replaceable)
     VALUES (%(s)s, %(k)s, 'p', %(f)s, %(o)s, NULL,
-            {now} + make_interval(secs => %(lease)s))
+            {now} + make_interval(secs => %(lease)s + %(keep)s),
+            {now} + make_interval(secs => %(lease)s), {now}, false)
     ON CONFLICT (scope, key) DO UPDATE
         SET status = 'p', fingerprint = EXCLUDED.fingerprint, owner = EXCLUDED.owner,
-            outcome = NULL, expires_at = EXCLUDED.expires_at
+            outcome = NULL, expires_at = EXCLUDED.expires_at, lease_end = EXCLUDED.lease_end,
+            claimed_at = EXCLUDED.claimed_at, replaceable = false, took_over = NULL
         WHERE r.expires_at <= {now}
     RETURNING 1
 )
-SELECT true, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::float8 FROM ins
+SELECT true, NULL::text, NULL::text, NULL::text, NULL::bytea, NULL::float8, NULL::float8,
+       NULL::float8, NULL::float8, NULL::boolean, NULL::text, NULL::float8 FROM ins
 UNION ALL
-SELECT false, status, fingerprint, owner, outcome,
-       extract(epoch FROM expires_at - {now})::float8
+SELECT false, {fields}
 FROM {t}
 WHERE scope = %(s)s AND key = %(k)s AND {live} AND NOT EXISTS (SELECT 1 FROM ins)"""
         ),
+        # A lapsed claim taken over: only while it is still the dead owner's, lapsed.
+        "take_over": sql.SQL(
+            """UPDATE {t} SET owner = %(o)s, claimed_at = {now},
+    took_over = json_build_array(owner, extract(epoch FROM claimed_at),
+        extract(epoch FROM lease_end), extract(epoch FROM expires_at))::text,
+    lease_end = {now} + make_interval(secs => %(lease)s),
+    expires_at = {now} + make_interval(secs => %(lease)s + %(keep)s)
+WHERE scope = %(s)s AND key = %(k)s AND owner = %(dead)s AND fingerprint = %(f)s
+    AND status = 'p' AND lease_end <= {now} AND {live}"""
+        ),
+        # The keep (expires_at - lease_end) follows the renewed lease.
         "renew": sql.SQL(
-            """UPDATE {t} SET expires_at = {now} + make_interval(secs => %s)
-WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {live}"""
+            """UPDATE {t} SET lease_end = {now} + make_interval(secs => %s),
+    expires_at = {now} + make_interval(secs => %s) + (expires_at - coalesce(lease_end, expires_at))
+WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {held}"""
         ),
         # Late completion: our claim, live or expired, as long as nobody re-claimed it; with a
         # fingerprint (never NULL from the engine) a claim that was purged is recorded anew.
         # Without one the INSERT's NOT NULL check fails, so the UPDATE path is tried alone.
         "complete": sql.SQL(
-            """UPDATE {t} SET status = 'c', outcome = %(v)s,
-    expires_at = {now} + make_interval(secs => %(ret)s)
-WHERE scope = %(s)s AND key = %(k)s AND owner = %(o)s AND status = 'p'"""
+            """UPDATE {t} AS r SET {completing}
+WHERE scope = %(s)s AND key = %(k)s AND owner = %(o)s AND {ours}"""
         ),
         "complete_late": sql.SQL(
-            """INSERT INTO {t} AS r (scope, key, status, fingerprint, owner, outcome, expires_at)
-VALUES (%(s)s, %(k)s, 'c', %(f)s, %(o)s, %(v)s, {now} + make_interval(secs => %(ret)s))
-ON CONFLICT (scope, key) DO UPDATE
-    SET status = 'c', outcome = EXCLUDED.outcome, expires_at = EXCLUDED.expires_at
-    WHERE r.owner = EXCLUDED.owner AND r.status = 'p'"""
-        ),
-        # A resent complete: if our own first attempt already completed it, say so.
-        "complete_retry": sql.SQL(
-            """INSERT INTO {t} AS r (scope, key, status, fingerprint, owner, outcome, expires_at)
-VALUES (%(s)s, %(k)s, 'c', %(f)s, %(o)s, %(v)s, {now} + make_interval(secs => %(ret)s))
-ON CONFLICT (scope, key) DO UPDATE
-    SET status = 'c', outcome = EXCLUDED.outcome, expires_at = EXCLUDED.expires_at
-    WHERE r.owner = EXCLUDED.owner AND r.status IN ('p', 'c')"""
+            """INSERT INTO {t} AS r (scope, key, status, fingerprint, owner, outcome, expires_at,
+                      replaceable)
+VALUES (%(s)s, %(k)s, 'c', %(f)s, %(o)s, %(v)s, {now} + make_interval(secs => %(ret)s), %(r)s)
+ON CONFLICT (scope, key) DO UPDATE SET {completing}
+    WHERE r.owner = EXCLUDED.owner AND {ours}"""
         ),
         "release": sql.SQL(
             """DELETE FROM {t}
-WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {live}"""
+WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {held}"""
+        ),
+        "release_lapse": sql.SQL(
+            """UPDATE {t} SET lease_end = {now}, expires_at = {now} + (expires_at - lease_end)
+WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {held}
+    AND expires_at > lease_end"""
         ),
         "forget": sql.SQL(
             """DELETE FROM {t}
 WHERE scope = %s AND key = %s AND owner = %s AND {live}"""
         ),
         "get": sql.SQL(
-            """SELECT status, fingerprint, owner, outcome,
-       extract(epoch FROM expires_at - {now})::float8
+            """SELECT {fields}
 FROM {t} WHERE scope = %s AND key = %s AND {live}"""
         ),
         # Quota: serialise one scope's claims (released at COMMIT/ROLLBACK), then count.
@@ -949,6 +1061,15 @@ FROM {t} WHERE scope = %(s)s AND {live}"""
     }
     u = _derived(table, "_usage")
     return {
-        name: query.format(t=t, now=now, live=live, u=u).as_string()
+        name: query.format(
+            t=t,
+            now=now,
+            live=live,
+            u=u,
+            held=held,
+            fields=fields,
+            completing=completing,
+            ours=ours,
+        ).as_string()
         for name, query in texts.items()
     }

@@ -42,10 +42,16 @@ Why it is built this way:
   claims are refused: renewals and completions of calls already running go on, so their
   outcomes are still recorded. A Redis without `maxmemory` is served, with one WARNING: it
   grows until the host runs out of memory instead of answering `idempotency_store_full`.
-* **One safe retry.** An operation that failed on a broken connection is sent once more on a
-  fresh one. The first attempt may or may not have run, so the retry is written to be
-  harmless either way: a claim or complete that finds our own owner token already in place
-  reports success (owner tokens are unique per call, so that record can only be ours).
+* **Writes are idempotent by owner.** A claim or completion that finds our own owner token
+  already in place reports success (owner tokens are unique per call, so that record can only
+  be ours), whoever sent it again: the store's own retry of an operation that failed on a
+  broken connection, the driver's retry (a `RedisCluster` client's default), a proxy. The
+  scripts decide it, so no path depends on the store knowing it retried.
+* **Lapsed claims.** A claim records its lease end (`l`, server milliseconds), when it was
+  made (`c`) and its keep (`k`, `keep_lapsed`), and the key expires `k` after `l`: a claim
+  whose lease ran out stays, LAPSED, counted by `maxmemory` and a scope's quota like the
+  claim it was, and a claim of the same fingerprint takes it over in the same script. A
+  record of an earlier release has no `l`: it expires with its lease, a free key as before.
 * **Per-scope quota** (`max_records_per_scope`, off by default): each scope has a sorted set,
   `<prefix>q:{<scope digest>}`, of its record key names scored by when each record was last
   known to expire. The claim script checks it in the same atomic step as the claim: while the
@@ -106,17 +112,26 @@ T = TypeVar("T")
 
 _IN_PROGRESS = b"p"
 _COMPLETED = b"c"
+_LAPSED = b"l"  # in replies only: stored, a lapsed claim is 'p' past its lease end
 
 # Every script: KEYS[1] is the record. Fields: s status ('p'|'c'), f fingerprint, o owner,
-# v outcome. A record travels back as ONE bulk string, "<s> <pttl> <#f> <#o> <#v|-1> <f><o><v>":
+# v outcome; a claim's l lease end and c claim time (server ms) and k keep (ms); r '1' for a
+# replaceable outcome. A record travels back as ONE bulk string,
+# "<s> <pttl> <#f> <#o> <#v|-1> <claimed|-1> <lapsed|-1> <r> <f><o><v>" (s 'l': lapsed):
 # redis-py's parser costs per reply element, and one string instead of a six-element array is
 # what keeps a replay within a few percent of a plain GET. Anything that is not a record this
 # store wrote (another type under our name, missing fields, no expiry) comes back as
 # {-1, reason}, so the caller reports corruption rather than an outage or a free key.
 
 _READ_RECORD = """
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- The record as one string, then its status ('p', 'c' or 'l'), fingerprint and owner; nil
+-- when there is none (or only a claim whose lease just ran out with no keep).
 local function record(k)
-  local r = redis.pcall('HMGET', k, 's', 'f', 'o', 'v')
+  local r = redis.pcall('HMGET', k, 's', 'f', 'o', 'v', 'l', 'c', 'k', 'r')
   if r.err then return {-1, 'the key holds something other than an idemtools record'} end
   if not (r[1] or r[2] or r[3] or r[4]) then
     if redis.call('EXISTS', k) == 1 then return {-1, 'a hash without idemtools fields'} end
@@ -125,33 +140,71 @@ local function record(k)
   if not (r[1] and r[2] and r[3]) then return {-1, 'status, fingerprint or owner missing'} end
   local v, lv = r[4], -1
   if v then lv = #v else v = '' end
-  return r[1] .. ' ' .. redis.call('PTTL', k) .. ' ' .. #r[2] .. ' ' .. #r[3] .. ' ' .. lv
-         .. ' ' .. r[2] .. r[3] .. v
+  local s, ttl, lapsed = r[1], redis.call('PTTL', k), '-1'
+  if s == 'p' and r[5] and ttl >= 0 then
+    local left = tonumber(r[5]) - clock()
+    if left > 0 then
+      ttl = left  -- the lease's, not the keep's after it
+    elseif tonumber(r[7] or '0') > 0 then
+      s, lapsed = 'l', r[5]
+    else
+      return nil  -- its lease ran out this very millisecond, with no keep: a free key
+    end
+  end
+  return s .. ' ' .. ttl .. ' ' .. #r[2] .. ' ' .. #r[3] .. ' ' .. lv .. ' ' .. (r[6] or '-1')
+         .. ' ' .. lapsed .. ' ' .. (r[8] or '0') .. ' ' .. r[2] .. r[3] .. v, s, r[2], r[3]
 end
+"""
+
+# ARGV: fingerprint, owner, lease ms, keep ms. Returns 1 (claimed, or ours already: a re-sent
+# claim), {1, the lapsed record} (taken over), or the record that holds the key.
+# Our own claim sent again is answered as the first was: a take-over with the lapsed claim it
+# took over (kept in pc, pl, pu, po: its claim time, lapse, end and owner).
+_CLAIM_BODY = """
+local rec, s, f, o = record(KEYS[1])
+if type(rec) == 'table' then return rec end
+if rec and s == 'p' and o == ARGV[2] then
+  local p = redis.call('HMGET', KEYS[1], 'pc', 'pl', 'pu', 'po')
+  if not p[4] then return 1 end
+  return {1, 'l ' .. math.max(0, tonumber(p[3]) - clock()) .. ' ' .. #f .. ' ' .. #p[4]
+             .. ' -1 ' .. p[1] .. ' ' .. p[2] .. ' 0 ' .. f .. p[4]}
+end
+if rec and (s ~= 'l' or f ~= ARGV[1]) then return rec end
+"""
+
+_CLAIM_WRITE = """
+local now, lease, keep = clock(), tonumber(ARGV[3]), tonumber(ARGV[4])
+if rec then
+  local p = redis.call('HMGET', KEYS[1], 'c', 'l')
+  redis.call('HSET', KEYS[1], 'pc', p[1] or '-1', 'pl', p[2],
+             'pu', now + redis.call('PTTL', KEYS[1]), 'po', o)
+else
+  redis.call('DEL', KEYS[1])  -- what an expired claim may have left
+end
+redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[1], 'o', ARGV[2], 'l', now + lease, 'c', now,
+           'k', keep)
+redis.call('PEXPIRE', KEYS[1], lease + keep)
 """
 
 _CLAIM = (
     _READ_RECORD
+    + _CLAIM_BODY
+    + _CLAIM_WRITE
     + """
-local rec = record(KEYS[1])
-if rec then return rec end
-redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[1], 'o', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if rec then return {1, rec} end
 return 1
 """
 )
 
 # Quota variant of _CLAIM. KEYS[2] is the scope's sorted set (member: record key name, score:
-# its expiry as last known, server milliseconds); ARGV[4] the quota. Returns -2 when refused.
+# its expiry as last known, server milliseconds); ARGV[5] the quota. Returns -2 when refused.
+# A lapsed claim taken over is the same record: no room is needed.
 _CLAIM_QUOTA = (
     _READ_RECORD
+    + _CLAIM_BODY
     + """
-local rec = record(KEYS[1])
-if rec then return rec end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease, quota = tonumber(ARGV[3]), tonumber(ARGV[4])
-if redis.call('ZCARD', KEYS[2]) >= quota then
+local now, quota = clock(), tonumber(ARGV[5])
+if not rec and redis.call('ZCARD', KEYS[2]) >= quota then
   local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, quota)
   for _, m in ipairs(due) do
     local ttl = redis.call('PTTL', m)
@@ -164,10 +217,14 @@ if redis.call('ZCARD', KEYS[2]) >= quota then
   end
   if redis.call('ZCARD', KEYS[2]) >= quota then return -2 end
 end
-redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[1], 'o', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], lease)
-redis.call('ZADD', KEYS[2], now + lease, KEYS[1])
-if redis.call('PTTL', KEYS[2]) < lease then redis.call('PEXPIRE', KEYS[2], lease) end
+"""
+    + _CLAIM_WRITE
+    + """
+redis.call('ZADD', KEYS[2], now + lease + keep, KEYS[1])
+if redis.call('PTTL', KEYS[2]) < lease + keep then
+  redis.call('PEXPIRE', KEYS[2], lease + keep)
+end
+if rec then return {1, rec} end
 return 1
 """
 )
@@ -176,7 +233,10 @@ return 1
 # record's member from its real expiry, and keep the set alive at least as long.
 _TRACK = """
 local ttl = redis.call('PTTL', KEYS[2])
-if ttl <= 0 then return 0 end
+if ttl <= 0 then
+  redis.call('ZREM', KEYS[1], KEYS[2])
+  return 0
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now + ttl, KEYS[2])
@@ -193,34 +253,53 @@ return 0
 """
 )
 
-_RENEW = """
-local r = redis.pcall('HMGET', KEYS[1], 's', 'o')
+# The claim held by ARGV[1] while its lease is live (a record of an earlier release has no
+# lease end: its expiry is its lease's end). Sets `r` (its fields) and `now`.
+_HELD = """
+local r = redis.pcall('HMGET', KEYS[1], 's', 'o', 'l', 'k')
 if type(r) == 'table' and r.err then return 0 end
 if r[1] ~= 'p' or r[2] ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if r[3] and tonumber(r[3]) <= now then return 0 end
+local keep = tonumber(r[4] or '0')
 """
 
-# ARGV[4] == '1' on a retry: our own earlier complete may already have landed. ARGV[5] is the
-# fingerprint, or '' when the caller gave none. Late completion: the claim's lease may have run
-# out (Redis then deleted the key): with nobody else's record in its place, the outcome is
-# recorded all the same; another owner's claim or any completed record is never overwritten.
+# The keep follows the renewed lease.
+_RENEW = (
+    _HELD
+    + """
+redis.call('HSET', KEYS[1], 'l', now + tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + keep)
+return 1
+"""
+)
+
+# ARGV: owner, outcome, retention ms, '1' when a WAIT follows, fingerprint ('' when the caller
+# gave none), '1' for a replaceable outcome. Late completion: the claim's lease may have run
+# out (Redis then deleted the key, or kept it lapsed): with nobody else's record in its place,
+# the outcome is recorded all the same. Our own completed record: a replaceable one is
+# overwritten, any other left as it is and answered yes (a re-sent completion). Another
+# owner's claim or completed record is never overwritten.
 _COMPLETE = """
-local r = redis.pcall('HMGET', KEYS[1], 's', 'o')
+local r = redis.pcall('HMGET', KEYS[1], 's', 'o', 'r')
 if type(r) == 'table' and r.err then return 0 end
 if not r[1] and not r[2] then
   if ARGV[5] == '' or redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-  redis.call('HSET', KEYS[1], 's', 'c', 'f', ARGV[5], 'o', ARGV[1], 'v', ARGV[2])
+  redis.call('HSET', KEYS[1], 's', 'c', 'f', ARGV[5], 'o', ARGV[1], 'v', ARGV[2], 'r', ARGV[6])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return 1
 end
 if r[2] ~= ARGV[1] then return 0 end
-if r[1] == 'c' and ARGV[4] == '1' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])  -- a write of ours, so a WAIT after it means it
+if r[1] == 'c' and r[3] ~= '1' then
+  if ARGV[4] == '1' then  -- a write that changes nothing, so the WAIT after it means it
+    redis.call('PEXPIRE', KEYS[1], redis.call('PTTL', KEYS[1]))
+  end
   return 1
 end
-if r[1] ~= 'p' then return 0 end
-redis.call('HSET', KEYS[1], 's', 'c', 'v', ARGV[2])
+if r[1] ~= 'p' and r[1] ~= 'c' then return 0 end
+redis.call('HSET', KEYS[1], 's', 'c', 'v', ARGV[2], 'r', ARGV[6])
+redis.call('HDEL', KEYS[1], 'l', 'c', 'k', 'pc', 'pl', 'pu', 'po')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
@@ -232,13 +311,19 @@ return 1
 # lost, as before).
 _COMPLETE_TOMBSTONE = "#!lua flags=allow-oom\n" + _COMPLETE
 
-_RELEASE = """
-local r = redis.pcall('HMGET', KEYS[1], 's', 'o')
-if type(r) == 'table' and r.err then return 0 end
-if r[1] ~= 'p' or r[2] ~= ARGV[1] then return 0 end
+# ARGV[2] == '1': to LAPSED from now, for the claim's keep (deleted when it has none).
+_RELEASE = (
+    _HELD
+    + """
+if ARGV[2] == '1' and keep > 0 then
+  redis.call('HSET', KEYS[1], 'l', now)
+  redis.call('PEXPIRE', KEYS[1], keep)
+  return 1
+end
 redis.call('DEL', KEYS[1])
 return 1
 """
+)
 
 # An operator's forced release (`idemtools keys release --force`): the record held by ARGV[1],
 # whatever its status.
@@ -749,19 +834,25 @@ class RedisStore:
 
     @staticmethod
     def _record(reply: Any, key: str) -> Record:
-        """Decode a record reply: bytes "<s> <pttl> <#f> <#o> <#v|-1> <f><o><v>", or {-1, why}."""
+        """Decode a record reply: bytes "<s> <pttl> <#f> <#o> <#v|-1> <claimed|-1> <lapsed|-1>
+        <r> <f><o><v>", or {-1, why}."""
         if isinstance(reply, list):
             why = reply[1].decode("utf-8", "replace") if len(reply) > 1 else "unknown"
             raise _corrupt(key, why)
         try:
-            status_raw, pttl_raw, lf_raw, lo_raw, lv_raw, rest = reply.split(b" ", 5)
+            status_raw, pttl_raw, lf_raw, lo_raw, lv_raw, c_raw, l_raw, r_raw, rest = reply.split(
+                b" ", 8
+            )
             pttl, lf, lo, lv = int(pttl_raw), int(lf_raw), int(lo_raw), int(lv_raw)
+            claimed_ms, lapsed_ms = int(c_raw), int(l_raw)
         except (ValueError, AttributeError):
             raise _corrupt(key, "unreadable reply") from None
         if status_raw == _IN_PROGRESS:
             status = Status.IN_PROGRESS
         elif status_raw == _COMPLETED:
             status = Status.COMPLETED
+        elif status_raw == _LAPSED:
+            status = Status.LAPSED
         else:
             raise _corrupt(key, f"unknown status {status_raw!r}")
         outcome = rest[lf + lo :] if lv >= 0 else None
@@ -781,41 +872,52 @@ class RedisStore:
             owner=owner,
             remaining=pttl / 1000.0,
             outcome=outcome,
+            claimed_at=None if claimed_ms < 0 or status is Status.COMPLETED else claimed_ms / 1e3,
+            lapsed_at=lapsed_ms / 1000.0 if lapsed_ms >= 0 else None,
+            replaceable=r_raw == b"1",
         )
 
     # -- the protocol ---------------------------------------------------------------------------
 
     async def claim(
-        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
+        self,
+        scope: str,
+        key: str,
+        fingerprint: str,
+        owner: str,
+        lease: float,
+        *,
+        keep_lapsed: float = 0.0,
     ) -> Claim:
         name = self.key_name(scope, key)
         quota = self.max_records_per_scope
         names = (name, self.quota_name(scope)) if quota is not None else None
+        keep = round(keep_lapsed * 1000) if keep_lapsed > 0 else 0
 
-        async def op(retrying: bool) -> Claim:
+        async def op(_retrying: bool) -> Claim:
+            # A claim sent again (by this retry, the driver's or a proxy's) that finds our own
+            # claim is answered 1 by the script itself.
+            args: tuple[bytes | str | int, ...] = (fingerprint, owner, _ms(lease), keep)
+            if names is not None:
+                args = (*args, quota or 0)
             if self.wait_replicas:
                 script = self._claim if names is None else self._claim_quota
-                args_: tuple[bytes | str | int, ...] = (fingerprint, owner, _ms(lease))
-                reply, acked = await self._eval_and_wait(
-                    script, names or (name,), *(args_ if names is None else (*args_, quota or 0))
-                )
+                reply, acked = await self._eval_and_wait(script, names or (name,), *args)
                 if reply == 1 and acked < self.wait_replicas:
                     with contextlib.suppress(redis_errors.RedisError, *_CONNECTION_ERRORS):
-                        await self._eval(self._release, name, owner)  # nothing ran yet
+                        await self._eval(self._release, name, owner, 0)  # nothing ran yet
                     raise self._under_replicated("claim", acked, key)
             elif names is None:
-                reply = await self._eval(self._claim, name, fingerprint, owner, _ms(lease))
+                reply = await self._eval(self._claim, name, *args)
             else:
-                args = (fingerprint, owner, _ms(lease), quota or 0)
                 reply = await self._eval2(self._claim_quota, names, *args)
             if names is not None and reply == -2:
                 raise quota_exceeded(quota or 0, key)
             if reply == 1:
                 return Claim(claimed=True)
-            record = self._record(reply, key)
-            if retrying and record.owner == owner and record.status is Status.IN_PROGRESS:
-                return Claim(claimed=True)  # our first attempt landed before the connection broke
-            return Claim(claimed=False, existing=record)
+            if isinstance(reply, list) and len(reply) == 2 and reply[0] == 1:
+                return Claim(claimed=True, lapsed=self._record(reply[1], key))
+            return Claim(claimed=False, existing=self._record(reply, key))
 
         return await self._call(op, key, claim=True)
 
@@ -839,16 +941,20 @@ class RedisStore:
         retention: float,
         *,
         fingerprint: str | None = None,
+        replaceable: bool = False,
     ) -> bool:
         name = self.key_name(scope, key)
 
         def writing(script: _Script, data: bytes) -> Callable[[bool], Awaitable[bool]]:
-            async def op(retrying: bool) -> bool:
-                args = (owner, data, _ms(retention), int(retrying), fingerprint or "")
+            async def op(_retrying: bool) -> bool:
+                # A completion sent again that finds our own completed record is answered 1 by
+                # the script itself; before a WAIT it also writes (nothing changes) for WAIT
+                # to count.
+                wait = int(bool(self.wait_replicas))
+                args = (owner, data, _ms(retention), wait, fingerprint or "", int(replaceable))
                 if not self.wait_replicas:
                     return bool(await self._eval(script, name, *args))
-                # Retried as "ours already": the script rewrites the expiry, which WAIT counts.
-                reply, acked = await self._eval_and_wait(script, (name,), *args[:3], 1, args[4])
+                reply, acked = await self._eval_and_wait(script, (name,), *args)
                 if reply == 1 and acked < self.wait_replicas:
                     raise self._under_replicated("completion", acked, key)
                 return bool(reply)
@@ -886,14 +992,18 @@ class RedisStore:
         with contextlib.suppress(redis_errors.RedisError, *_CONNECTION_ERRORS):
             await self._eval2(self._track, (self.quota_name(scope), name))
 
-    async def release(self, scope: str, key: str, owner: str) -> bool:
+    async def release(self, scope: str, key: str, owner: str, *, lapse: bool = False) -> bool:
         name = self.key_name(scope, key)
 
         async def op(_retrying: bool) -> bool:
-            return bool(await self._eval(self._release, name, owner))
+            return bool(await self._eval(self._release, name, owner, int(lapse)))
 
         released = await self._call(op, key)
-        if released and self.max_records_per_scope is not None:
+        if released and lapse:
+            # Still counted (lapsed) if it was kept: re-scored from its new expiry.
+            if self.max_records_per_scope is not None:
+                await self._track_quota(scope, name)
+        elif released and self.max_records_per_scope is not None:
             # The released record stops counting now, not when its lease would have ended.
             with contextlib.suppress(redis_errors.RedisError, *_CONNECTION_ERRORS):
                 await self._client.zrem(self.quota_name(scope), name)

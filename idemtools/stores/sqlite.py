@@ -40,8 +40,12 @@ Schema (created on first use, ``CREATE ... IF NOT EXISTS``)
         status      TEXT NOT NULL CHECK (status IN ('in_progress', 'completed')),
         fingerprint TEXT NOT NULL,
         owner       TEXT NOT NULL,
-        expires     REAL NOT NULL,   -- clock seconds: end of lease or of retention
+        expires     REAL NOT NULL,   -- clock seconds: end of the record (see Lapsed claims)
         outcome     BLOB,            -- the outcome's JSON bytes once completed, else NULL
+        lease_end   REAL,            -- a claim's lease end (NULL: completed, or an older row)
+        claimed_at  REAL,            -- when the claim was made (NULL: completed, older row)
+        replaceable INTEGER NOT NULL DEFAULT 0,  -- 1: the owner may overwrite the outcome
+        took_over   TEXT,            -- JSON of the lapsed claim this claim took over, if any
         PRIMARY KEY (scope, key)
     );
     CREATE INDEX IF NOT EXISTS idemtools_records_expires ON idemtools_records (expires);
@@ -49,6 +53,17 @@ Schema (created on first use, ``CREATE ... IF NOT EXISTS``)
 Scope and key are stored as bytes because a key is any JSON string: it may hold NUL or lone
 surrogates, which SQLite text (or Python's strict UTF-8 codec) would reject or mangle.
 ``SELECT CAST(key AS TEXT) ...`` reads them back in the sqlite3 shell.
+
+The last four columns are added (``ALTER TABLE``) to a file made by an earlier release when a
+connection opens it.
+
+Lapsed claims
+-------------
+A claim made with `keep_lapsed` keeps its row `keep_lapsed` seconds past its lease: `lease_end`
+is the lease's end, `expires` the end of the row (lease plus keep), so every bound, count and
+cleanup, all written on `expires`, counts a lapsed claim like the claim it was. A row in
+progress whose `lease_end` has passed is LAPSED. A row of an earlier release has no
+`lease_end`: its `expires` is its lease's end, and it is a free key after it, as it was.
 
 Expired records
 ---------------
@@ -98,6 +113,7 @@ After `aclose()` every operation raises `StoreUnavailableError`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import threading
@@ -152,6 +168,10 @@ _SCHEMA = (
         owner       TEXT NOT NULL,
         expires     REAL NOT NULL,
         outcome     BLOB,
+        lease_end   REAL,
+        claimed_at  REAL,
+        replaceable INTEGER NOT NULL DEFAULT 0,
+        took_over   TEXT,
         PRIMARY KEY (scope, key)
     )
     """,
@@ -179,6 +199,14 @@ _SCHEMA = (
     f"(SELECT coalesce(sum({_row_bytes(_TABLE)}), 0) FROM {_TABLE}) WHERE id = 1",
 )
 
+_LAPSED_COLUMNS = {
+    "lease_end": "REAL",
+    "claimed_at": "REAL",
+    "replaceable": "INTEGER NOT NULL DEFAULT 0",
+    "took_over": "TEXT",
+}
+"""Columns a file made before lapsed claims lacks: added when a connection opens it."""
+
 _SCOPE_INDEX = f"CREATE INDEX IF NOT EXISTS {_TABLE}_scope_expires ON {_TABLE} (scope, expires)"
 """Created only by a store with a per-scope quota: it makes the quota's count an index range."""
 
@@ -190,15 +218,34 @@ def _size(scope: bytes, key: bytes, fingerprint: str, owner: str) -> int:
 
 
 _SELECT = (
-    f"SELECT status, fingerprint, owner, expires, outcome FROM {_TABLE} "
-    "WHERE scope = ? AND key = ? AND expires > ?"
+    "SELECT status, fingerprint, owner, expires, outcome, lease_end, claimed_at, replaceable, "
+    f"took_over FROM {_TABLE} WHERE scope = ? AND key = ? AND expires > ?"
 )
-_HELD = "scope = ? AND key = ? AND owner = ? AND status = 'in_progress' AND expires > ?"
+# A live lease: `lease_end` when the row has one, else (an earlier release's row) `expires`.
+_HELD = (
+    "scope = ? AND key = ? AND owner = ? AND status = 'in_progress' "
+    "AND coalesce(lease_end, expires) > ?"
+)
 
 
 _b = encode
 
-Row = tuple[str, str, str, float, "bytes | None"]
+Row = tuple[str, str, str, float, "bytes | None", "float | None", "float | None", int, "str | None"]
+
+
+def _took_over(took: str | None, fingerprint: str, now: float) -> Record | None:
+    """The lapsed claim a claim took over (its `took_over` JSON), as the take-over gave it."""
+    if took is None:
+        return None
+    owner, claimed_at, lapsed_at, until = json.loads(took)
+    return Record(
+        Status.LAPSED,
+        fingerprint,
+        owner,
+        max(0.0, until - now),
+        claimed_at=claimed_at,
+        lapsed_at=lapsed_at,
+    )
 
 
 class SQLiteStore:
@@ -309,6 +356,10 @@ class SQLiteStore:
             conn.execute("BEGIN IMMEDIATE")
             for statement in _SCHEMA:
                 conn.execute(statement)
+            have = {row[1] for row in conn.execute(f"PRAGMA table_info({_TABLE})")}
+            for column, kind in _LAPSED_COLUMNS.items():
+                if column not in have:  # a file of an earlier release
+                    conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN {column} {kind}")
             if self.max_records_per_scope is not None:
                 conn.execute(_SCOPE_INDEX)
             conn.execute("COMMIT")
@@ -381,7 +432,7 @@ class SQLiteStore:
 
     @staticmethod
     def _record(row: Row, now: float) -> Record:
-        status, fingerprint, owner, expires, outcome = row
+        status, fingerprint, owner, expires, outcome, lease_end, claimed_at, replaceable, _ = row
         try:
             state = Status(status)
         except ValueError:
@@ -390,12 +441,23 @@ class SQLiteStore:
                 f"the idempotency record for this key in SQLite has status {status!r}, which "
                 "this release cannot read; the call was not run"
             ) from None
+        if state is Status.LAPSED:
+            raise RecordCorruptError(  # lapsed is derived, never stored
+                "the idempotency record for this key in SQLite has status 'lapsed', which "
+                "this release never writes; the call was not run"
+            )
+        lapsed = state is Status.IN_PROGRESS and lease_end is not None and lease_end <= now
+        if state is Status.COMPLETED:
+            lease_end = claimed_at = None  # a claim's bookkeeping, if any was left
         return Record(
-            status=state,
+            status=Status.LAPSED if lapsed else state,
             fingerprint=fingerprint,
             owner=owner,
-            remaining=max(0.0, expires - now),
+            remaining=max(0.0, (expires if lapsed or lease_end is None else lease_end) - now),
             outcome=None if outcome is None else bytes(outcome),
+            claimed_at=claimed_at,
+            lapsed_at=lease_end if lapsed else None,
+            replaceable=bool(replaceable),
         )
 
     def _delete_expired(
@@ -411,14 +473,35 @@ class SQLiteStore:
     # -- the protocol ------------------------------------------------------------------------
 
     async def claim(
-        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
+        self,
+        scope: str,
+        key: str,
+        fingerprint: str,
+        owner: str,
+        lease: float,
+        *,
+        keep_lapsed: float = 0.0,
     ) -> Claim:
         s, k = _b(scope), _b(key)
+        keep = max(0.0, keep_lapsed)
 
         def op(conn: sqlite3.Connection, now: float) -> Claim | RefusedError:
             row = conn.execute(_SELECT, (s, k, now)).fetchone()
             if row is not None:
-                return Claim(claimed=False, existing=self._record(row, now))
+                record = self._record(row, now)
+                if record.status is Status.IN_PROGRESS and record.owner == owner:
+                    # Ours already: a re-sent claim, answered as the first was.
+                    return Claim(claimed=True, lapsed=_took_over(row[8], fingerprint, now))
+                if record.status is not Status.LAPSED or record.fingerprint != fingerprint:
+                    return Claim(claimed=False, existing=record)
+                # Taken over: the same row, a new owner (no more room than it held).
+                took = json.dumps([record.owner, record.claimed_at, record.lapsed_at, row[3]])
+                conn.execute(
+                    f"UPDATE {_TABLE} SET owner = ?, lease_end = ?, expires = ?, claimed_at = ?, "
+                    "took_over = ? WHERE scope = ? AND key = ?",
+                    (owner, now + lease, now + lease + keep, now, took, s, k),
+                )
+                return Claim(claimed=True, lapsed=record)
             self._delete_expired(conn, now)
             # Refusals are returned, not raised: the expired rows deleted above stay committed.
             refused = self._refusal(conn, now, s, _size(s, k, fingerprint, owner), key)
@@ -426,9 +509,10 @@ class SQLiteStore:
                 return refused
             conn.execute(
                 f"INSERT OR REPLACE INTO {_TABLE} "
-                "(scope, key, status, fingerprint, owner, expires, outcome) "
-                "VALUES (?, ?, 'in_progress', ?, ?, ?, NULL)",
-                (s, k, fingerprint, owner, now + lease),
+                "(scope, key, status, fingerprint, owner, expires, outcome, lease_end, "
+                "claimed_at, replaceable, took_over) "
+                "VALUES (?, ?, 'in_progress', ?, ?, ?, NULL, ?, ?, 0, NULL)",
+                (s, k, fingerprint, owner, now + lease + keep, now + lease, now),
             )
             return Claim(claimed=True)
 
@@ -495,8 +579,12 @@ class SQLiteStore:
         s, k = _b(scope), _b(key)
 
         def op(conn: sqlite3.Connection, now: float) -> bool:
+            # The keep (expires - lease_end) follows the lease: SQLite reads the old values.
             cur = conn.execute(
-                f"UPDATE {_TABLE} SET expires = ? WHERE {_HELD}", (now + lease, s, k, owner, now)
+                f"UPDATE {_TABLE} SET lease_end = ?, "
+                "expires = ? + expires - coalesce(lease_end, expires) "
+                f"WHERE {_HELD}",
+                (now + lease, now + lease, s, k, owner, now),
             )
             return cur.rowcount == 1
 
@@ -511,11 +599,30 @@ class SQLiteStore:
         retention: float,
         *,
         fingerprint: str | None = None,
+        replaceable: bool = False,
     ) -> bool:
         s, k, data = _b(scope), _b(key), bytes(outcome)
+        flag = int(replaceable)
 
         def op(conn: sqlite3.Connection, now: float) -> bool:
             nonlocal data
+            done = conn.execute(
+                f"SELECT owner, replaceable, length(outcome) FROM {_TABLE} "
+                "WHERE scope = ? AND key = ? AND status = 'completed' AND expires > ?",
+                (s, k, now),
+            ).fetchone()
+            if done is not None:
+                if done[0] != owner:
+                    return False  # a completed record is final...
+                if not done[1]:
+                    return True  # ...and ours already: a re-sent completion
+                data = self._fitting(conn, now, s, k, data, len(data) - (done[2] or 0), key)
+                conn.execute(
+                    f"UPDATE {_TABLE} SET outcome = ?, expires = ?, replaceable = ? "
+                    "WHERE scope = ? AND key = ?",
+                    (data, now + retention, flag, s, k),
+                )
+                return True
             ours = conn.execute(
                 f"SELECT 1 FROM {_TABLE} WHERE scope = ? AND key = ? AND owner = ? "
                 "AND status = 'in_progress'",
@@ -531,18 +638,19 @@ class SQLiteStore:
             data = self._fitting(conn, now, s, k, data, grows, key)
             # Late completion: our claim, live or expired, as long as nobody re-claimed it.
             cur = conn.execute(
-                f"UPDATE {_TABLE} SET status = 'completed', outcome = ?, expires = ? "
+                f"UPDATE {_TABLE} SET status = 'completed', outcome = ?, expires = ?, "
+                "lease_end = NULL, claimed_at = NULL, took_over = NULL, replaceable = ? "
                 "WHERE scope = ? AND key = ? AND owner = ? AND status = 'in_progress'",
-                (data, now + retention, s, k, owner),
+                (data, now + retention, flag, s, k, owner),
             )
             if cur.rowcount == 1 or fingerprint is None:
                 return cur.rowcount == 1
             # Our expired claim was deleted by a cleanup: record it anew unless a row exists.
             cur = conn.execute(
                 f"INSERT OR IGNORE INTO {_TABLE} "
-                "(scope, key, status, fingerprint, owner, expires, outcome) "
-                "VALUES (?, ?, 'completed', ?, ?, ?, ?)",
-                (s, k, fingerprint, owner, now + retention, data),
+                "(scope, key, status, fingerprint, owner, expires, outcome, replaceable) "
+                "VALUES (?, ?, 'completed', ?, ?, ?, ?, ?)",
+                (s, k, fingerprint, owner, now + retention, data, flag),
             )
             return cur.rowcount == 1
 
@@ -584,10 +692,18 @@ class SQLiteStore:
         )
         return cur.rowcount
 
-    async def release(self, scope: str, key: str, owner: str) -> bool:
+    async def release(self, scope: str, key: str, owner: str, *, lapse: bool = False) -> bool:
         s, k = _b(scope), _b(key)
 
         def op(conn: sqlite3.Connection, now: float) -> bool:
+            if lapse:  # LAPSED from now, for the keep it was claimed with (if any)
+                cur = conn.execute(
+                    f"UPDATE {_TABLE} SET lease_end = ?, expires = ? + expires - lease_end "
+                    f"WHERE {_HELD} AND expires > lease_end",
+                    (now, now, s, k, owner, now),
+                )
+                if cur.rowcount == 1:
+                    return True
             cur = conn.execute(f"DELETE FROM {_TABLE} WHERE {_HELD}", (s, k, owner, now))
             return cur.rowcount == 1
 

@@ -1,8 +1,11 @@
-"""`max_runtime`: a hung tool no longer holds its key for ever.
+"""`max_runtime`: a hung tool no longer holds its key for ever, and never runs twice.
 
-Renewal goes on while a tool runs; past the policy's `max_runtime` it stops, with an ERROR
-naming the key digest and the tool, and the claim lapses by lease. Real time, a real store
-(MemoryStore, which the lease keeper renews directly, and Redis), asyncio and trio.
+Past the policy's `max_runtime` the lease keeper records `idempotency_outcome_unknown` under
+the running call's owner, with an ERROR naming the key digest and the tool: a retry gets that
+answer, on the same engine while the first run is still going, and the tool is not entered a
+second time. When the tool does end, its real outcome replaces the unknown record, and
+retries from then on replay it. Real time, a real store (MemoryStore, which the lease keeper
+renews directly, and Redis), asyncio and trio.
 """
 
 from __future__ import annotations
@@ -57,7 +60,9 @@ def _call(policy: Policy) -> ToolCall:
     return ToolCall(name="export", arguments={}, key="k-hung", policy=policy)
 
 
-async def _scenario(store: Store, max_runtime: float | None, caplog: pytest.LogCaptureFixture):  # type: ignore[no-untyped-def]
+async def _scenario(  # type: ignore[no-untyped-def]
+    store: Store, max_runtime: float | None, caplog: pytest.LogCaptureFixture
+):
     policy = Policy.of(retention=60, lease=LEASE, scope=shared, max_runtime=max_runtime)
     engine = Engine(store, registry=Registry())
     tool = Hung()
@@ -76,19 +81,32 @@ async def _scenario(store: Store, max_runtime: float | None, caplog: pytest.LogC
                 waited = time.monotonic() - began
             finally:
                 tool.release.set()
+        # The first run has ended and recorded its own outcome: what retries get now.
+        after = await engine.handle(_call(policy), tool)
     await engine.aclose()
-    return retry, tool, waited
+    return retry, tool, waited, after
+
+
+def _unknown(outcome: Outcome | None) -> bool:
+    return (
+        outcome is not None
+        and outcome.error is not None
+        and outcome.error["data"]["type"] == "idempotency_outcome_unknown"
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_past_max_runtime_renewal_stops_and_the_claim_lapses(
+def test_past_max_runtime_the_outcome_is_unknown_and_the_tool_never_runs_twice(
     backend: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def main() -> None:
-        retry, tool, _ = await _scenario(MemoryStore(), 0.5, caplog)
-        # The hung call's claim lapsed: the retry claimed the key and ran.
-        assert retry is not None and retry.error is None, retry
-        assert tool.calls == 2
+        retry, tool, _, after = await _scenario(MemoryStore(), 0.5, caplog)
+        # The hung call is still running: the retry is told the outcome is unknown.
+        assert _unknown(retry), retry
+        assert tool.calls == 1
+        # It ended: its own outcome replaced the unknown record.
+        assert after.error is None and after.replayed, after
+        assert after.result is not None and after.result["content"][0]["text"] == "run 1"
 
     anyio.run(main, backend=backend)
     (line,) = [r.getMessage() for r in caplog.records if "max_runtime" in r.getMessage()]
@@ -99,10 +117,10 @@ def test_past_max_runtime_renewal_stops_and_the_claim_lapses(
 def test_without_max_runtime_the_claim_is_renewed(caplog: pytest.LogCaptureFixture) -> None:
     # The control: the same scenario with max_runtime=None keeps the key in progress.
     async def main() -> None:
-        retry, tool, _ = await _scenario(MemoryStore(), None, caplog)
+        retry, tool, _, after = await _scenario(MemoryStore(), None, caplog)
         assert retry is not None and retry.error is not None
         assert retry.error["data"]["type"] == "idempotency_key_in_progress"
-        assert tool.calls == 1
+        assert tool.calls == 1 and after.replayed
 
     anyio.run(main)
     assert not [r for r in caplog.records if "max_runtime" in r.getMessage()]
@@ -114,6 +132,8 @@ async def test_max_runtime_on_redis(caplog: pytest.LogCaptureFixture) -> None:
 
     prefix = f"idemtools-test:{RUN_ID}:maxrt:{uuid.uuid4().hex[:6]}:"
     make: Callable[[], RedisStore] = lambda: RedisStore.from_url(need_redis(), prefix=prefix)  # noqa: E731
-    retry, tool, _ = await _scenario(make(), 0.5, caplog)
-    assert retry is not None and retry.error is None and tool.calls == 2
+    retry, tool, _, after = await _scenario(make(), 0.5, caplog)
+    assert _unknown(retry) and tool.calls == 1, retry
+    assert after.replayed and after.result is not None, after
+    assert after.result["content"][0]["text"] == "run 1"
     assert [r for r in caplog.records if "max_runtime" in r.getMessage()]

@@ -332,8 +332,9 @@ class StoreConformance:
         await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
         assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION)
         await self.advance(self.LEASE / 2)
-        # Not in progress any more: even its owner cannot rewrite, extend or delete it.
-        assert await store.complete(SCOPE, "k", "o1", b'{"other":1}', self.LONG) is False
+        # Not in progress any more: even its owner cannot rewrite, extend or delete it (its
+        # completion sent again is answered yes, and changes nothing).
+        assert await store.complete(SCOPE, "k", "o1", b'{"other":1}', self.LONG) is True
         assert await store.renew(SCOPE, "k", "o1", self.LONG) is False
         assert await store.release(SCOPE, "k", "o1") is False
         record = await store.get(SCOPE, "k")
@@ -470,10 +471,166 @@ class StoreConformance:
         store = await self.open()
         await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)
         assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION, fingerprint=FP1)
+        # The same owner's completion sent again (a driver's or a proxy's re-send): its own
+        # success, and the first outcome stays.
         again = await store.complete(SCOPE, "k", "o1", b'{"x":2}', self.LONG, fingerprint=FP1)
-        assert again is False
+        assert again is True
         record = await store.get(SCOPE, "k")
         assert record is not None and record.outcome == OUTCOME
+
+    # -- writes are idempotent by owner -----------------------------------------------------
+    # A claim or completion that finds its own owner token is its own success, whoever sent
+    # it again (the store's retry, the driver's, a proxy's): owner tokens are unique per call.
+
+    async def test_claim_sent_twice_by_one_owner(self) -> None:
+        store = await self.open()
+        first = await store.claim(SCOPE, "k", FP1, "o1", self.LEASE, keep_lapsed=self.RETENTION)
+        again = await store.claim(SCOPE, "k", FP1, "o1", self.LEASE, keep_lapsed=self.RETENTION)
+        assert (first, again) == (Claim(claimed=True), Claim(claimed=True))
+        plain = await store.claim(SCOPE, "p", FP1, "o2", self.LEASE)
+        assert plain == await store.claim(SCOPE, "p", FP1, "o2", self.LEASE) == Claim(True)
+        await self.in_progress(store, "k", "o1")
+        await self.in_progress(store, "p", "o2")
+        # Another owner is still refused, and the key is still ours to complete.
+        other = await store.claim(SCOPE, "k", FP1, "o3", self.LEASE)
+        assert not other.claimed and other.existing is not None and other.existing.owner == "o1"
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION)
+
+    async def test_completion_sent_twice_by_one_owner(self) -> None:
+        store = await self.open()
+        assert (await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)).claimed
+        for _ in range(2):
+            ok = await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION, fingerprint=FP1)
+            assert ok is True
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert (record.status, record.owner, record.outcome) == (Status.COMPLETED, "o1", OUTCOME)
+        # Fencing holds: another owner's completion is still refused.
+        assert not await store.complete(SCOPE, "k", "o2", b"{}", self.RETENTION, fingerprint=FP1)
+
+    async def test_replaceable_completion(self) -> None:
+        store = await self.open()
+        assert (await store.claim(SCOPE, "k", FP1, "o1", self.LEASE)).claimed
+        unknown = b'{"v":1,"unknown":true}'
+        done = await store.complete(
+            SCOPE, "k", "o1", unknown, self.RETENTION, fingerprint=FP1, replaceable=True
+        )
+        assert done is True
+        record = await store.get(SCOPE, "k")
+        assert record is not None and record.status is Status.COMPLETED
+        assert (record.outcome, record.replaceable) == (unknown, True)
+        # Another owner never replaces it; the same owner does, once.
+        assert not await store.complete(SCOPE, "k", "o2", OUTCOME, self.RETENTION, fingerprint=FP1)
+        assert await store.complete(SCOPE, "k", "o1", OUTCOME, self.RETENTION, fingerprint=FP1)
+        record = await store.get(SCOPE, "k")
+        assert record is not None
+        assert (record.owner, record.outcome, record.replaceable) == ("o1", OUTCOME, False)
+        assert await store.complete(SCOPE, "k", "o1", unknown, self.RETENTION, fingerprint=FP1)
+        record = await store.get(SCOPE, "k")
+        assert record is not None and record.outcome == OUTCOME  # final now
+
+    # -- lapsed claims -----------------------------------------------------------------------
+    # A claim whose lease ran out is kept, LAPSED, for `keep_lapsed` seconds after it, so the
+    # next claim finds it instead of running the tool again blindly.
+
+    async def test_lapsed_claims(self) -> None:
+        store = await self.open()
+        keep = self.RETENTION
+        for key in ("a", "b", "c", "renewed"):
+            claim = await store.claim(SCOPE, key, FP1, f"o{key}", self.LEASE, keep_lapsed=keep)
+            assert claim == Claim(claimed=True)
+        assert (await store.claim(SCOPE, "today", FP1, "ot", self.LEASE)).claimed  # no keep
+        await self.advance(self.LEASE * 0.5)
+        assert await store.renew(SCOPE, "renewed", "orenewed", self.LEASE)
+        await self.advance(self.LEASE)  # 1.5 leases: every lease ran out, "renewed" at 1.5
+        assert await store.get(SCOPE, "today") is None  # keep_lapsed=0: a free key, as before
+        record = await store.get(SCOPE, "a")
+        assert record is not None
+        assert (record.status, record.owner, record.fingerprint, record.outcome) == (
+            Status.LAPSED,
+            "oa",
+            FP1,
+            None,
+        )
+        assert record.claimed_at is not None and record.lapsed_at is not None
+        assert record.lapsed_at - record.claimed_at == pytest.approx(self.LEASE, abs=self.TOLERANCE)
+        self.assert_remaining(record, keep - self.LEASE / 2)
+        renewed = await store.get(SCOPE, "renewed")
+        assert renewed is not None and renewed.status is Status.LAPSED
+        self.assert_remaining(renewed, keep)  # kept `keep` past the renewed lease's end
+        # The dead owner holds nothing it could renew or release...
+        assert await store.renew(SCOPE, "a", "oa", self.LEASE) is False
+        assert await store.release(SCOPE, "a", "oa") is False
+        # ...another fingerprint is answered with the lapsed claim, nothing taken over...
+        other = await store.claim(SCOPE, "a", FP2, "x", self.LEASE, keep_lapsed=keep)
+        assert not other.claimed and other.existing is not None
+        assert (other.existing.status, other.existing.owner) == (Status.LAPSED, "oa")
+        # ...the same fingerprint takes it over and is told what it took over.
+        took = await store.claim(SCOPE, "a", FP1, "new", self.LEASE, keep_lapsed=keep)
+        assert took.claimed and took.existing is None and took.lapsed is not None
+        assert (took.lapsed.status, took.lapsed.owner, took.lapsed.fingerprint) == (
+            Status.LAPSED,
+            "oa",
+            FP1,
+        )
+        assert took.lapsed.claimed_at == record.claimed_at
+        assert took.lapsed.lapsed_at == record.lapsed_at
+        # The take-over sent again (its answer lost) is answered as it was the first time.
+        again = await store.claim(SCOPE, "a", FP1, "new", self.LEASE, keep_lapsed=keep)
+        assert again.claimed and again.existing is None and again.lapsed is not None
+        assert (again.lapsed.status, again.lapsed.owner, again.lapsed.fingerprint) == (
+            Status.LAPSED,
+            "oa",
+            FP1,
+        )
+        assert (again.lapsed.claimed_at, again.lapsed.lapsed_at) == (
+            record.claimed_at,
+            record.lapsed_at,
+        )
+        self.assert_remaining(again.lapsed, took.lapsed.remaining)
+        await self.in_progress(store, "a", "new")
+        assert not await store.complete(SCOPE, "a", "oa", b"{}", self.RETENTION, fingerprint=FP1)
+        # A lapsed claim's own owner may still complete it (late completion).
+        assert await store.complete(SCOPE, "b", "ob", OUTCOME, self.RETENTION, fingerprint=FP1)
+        done = await store.get(SCOPE, "b")
+        assert done is not None and (done.status, done.outcome) == (Status.COMPLETED, OUTCOME)
+        # Once its keep is over, a lapsed claim is dropped: a free key.
+        await self.advance(keep)
+        assert await store.get(SCOPE, "c") is None
+        assert await store.claim(SCOPE, "c", FP2, "oc2", self.LEASE) == Claim(claimed=True)
+
+    async def test_release_to_lapsed(self) -> None:
+        store = await self.open()
+        keep = self.RETENTION
+        assert (await store.claim(SCOPE, "k", FP1, "o1", self.LEASE, keep_lapsed=keep)).claimed
+        assert await store.release(SCOPE, "k", "intruder", lapse=True) is False
+        assert await store.release(SCOPE, "k", "o1", lapse=True) is True
+        record = await store.get(SCOPE, "k")
+        assert record is not None and (record.status, record.owner) == (Status.LAPSED, "o1")
+        self.assert_remaining(record, keep)
+        assert await store.release(SCOPE, "k", "o1", lapse=True) is False  # not held any more
+        took = await store.claim(SCOPE, "k", FP1, "o2", self.LEASE, keep_lapsed=keep)
+        assert took.claimed and took.lapsed is not None and took.lapsed.owner == "o1"
+        # Without a keep, releasing to lapsed frees the key, as a release does.
+        assert (await store.claim(SCOPE, "n", FP1, "o3", self.LEASE)).claimed
+        assert await store.release(SCOPE, "n", "o3", lapse=True) is True
+        assert await store.get(SCOPE, "n") is None
+
+    async def test_lapsed_claims_count_in_bounds(self) -> None:
+        store = await self.open(max_records=2, max_records_per_scope=1)
+        keep = self.LONG
+        assert (await store.claim(SCOPE, "a", FP1, "oa", self.LEASE, keep_lapsed=keep)).claimed
+        assert (await store.claim(OTHER_SCOPE, "b", FP1, "ob", self.LEASE)).claimed
+        await self.advance(self.LEASE * 1.5)
+        # "a" lapsed and still counts (store and scope); "b" had no keep and is gone.
+        with pytest.raises(QuotaExceededError):
+            await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)
+        assert (await store.claim(OTHER_SCOPE, "d", FP1, "od", self.LEASE)).claimed
+        with pytest.raises((StoreFullError, QuotaExceededError)):
+            await store.claim("scope-c", "e", FP1, "oe", self.LEASE)
+        # Taking a lapsed claim over needs no room: it is the same record.
+        took = await store.claim(SCOPE, "a", FP1, "oa2", self.LEASE, keep_lapsed=keep)
+        assert took.claimed and took.lapsed is not None
 
     # -- time ------------------------------------------------------------------------------
 

@@ -146,8 +146,8 @@ def test_pack_is_the_round_trip(fingerprint: str, owner: str) -> None:
     _run(store.claim("s" * 64, "k", fingerprint, owner, 30.0))
     (entry,) = store._running.entries.values()
     assert entry.meta == _pack_by_round_trip(fingerprint, owner)
-    claim = _run(store.claim("s" * 64, "k", fingerprint, owner, 30.0))
-    assert (claim.existing.fingerprint, claim.existing.owner) == (fingerprint, owner)
+    record = _run(store.get("s" * 64, "k"))
+    assert (record.fingerprint, record.owner) == (fingerprint, owner)
 
 
 def test_a_kept_outcome_costs_its_own_size_not_its_writers_buffer() -> None:

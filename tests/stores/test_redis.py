@@ -156,10 +156,14 @@ async def test_record_layout_prefix_and_expiry(store: RedisStore) -> None:
     name = store.key_name("s", "k\x00\ud800")
     assert name.startswith(store.prefix.encode()) and len(name) == len(store.prefix) + 64
     raw = store.client
-    assert await raw.hgetall(name) == {b"s": b"p", b"f": b"fp", b"o": b"o1"}
+    fields = await raw.hgetall(name)
+    lease_end, claimed_at = int(fields.pop(b"l")), int(fields.pop(b"c"))
+    assert fields == {b"s": b"p", b"f": b"fp", b"o": b"o1", b"k": b"0"}
+    assert lease_end - claimed_at == 5000  # server milliseconds
     assert 4000 < await raw.pttl(name) <= 5000
     assert await store.complete("s", "k\x00\ud800", "o1", b'{"v":1}', 60)
-    assert (await raw.hgetall(name))[b"v"] == b'{"v":1}'
+    fields = await raw.hgetall(name)
+    assert fields[b"v"] == b'{"v":1}' and b"l" not in fields  # a claim's bookkeeping is gone
     assert 59000 < await raw.pttl(name) <= 60000
     # Same key under another prefix (another application on the same Redis) is independent.
     other = RedisStore(raw, prefix=_prefix())

@@ -3,7 +3,8 @@
 MemoryStore packs records into bytes, keeps claims and completed records each in a dict with a
 heap of expiries: an optimisation of the reference's dict and clock. Here it
 must give the reference's answers, operation by operation, on random sequences of claims,
-renewals, completions, releases, reads and time passing, with bounds on and off.
+renewals, completions, releases, reads and time passing, with bounds on and off; claims kept
+as lapsed claims, released to lapsed, sent twice by their owner, and replaceable completions.
 """
 
 from __future__ import annotations
@@ -52,15 +53,28 @@ _KEYS = ["k1", "k2", "k3", "\x00", "x\ud800y"]
 _FPS = ["f" * 64, "e" * 64, "fp-not-hex"]
 _OUTCOMES = [b'{"v":1,"result":{}}', b'{"v":1,"error":{"code":1}}', bytes(range(256))]
 
+_KEEP = 15.0  # what "claim-keep" and "claim-again" keep a lapsed claim for
+
 _CLAIM = st.tuples(
-    st.just("claim"),
+    st.sampled_from(["claim", "claim-keep"]),
     st.integers(0, len(_SCOPES) - 1),
     st.integers(0, len(_KEYS) - 1),
     st.integers(0, len(_FPS) - 1),
     st.sampled_from([1.0, 10.0, 30.0]),  # lease
 )
 _ACT = st.tuples(
-    st.sampled_from(["renew", "complete", "complete-nofp", "release", "get"]),
+    st.sampled_from(
+        [
+            "renew",
+            "complete",
+            "complete-nofp",
+            "complete-replaceable",
+            "release",
+            "release-lapse",
+            "claim-again",
+            "get",
+        ]
+    ),
     st.integers(0, len(_SCOPES) - 1),
     st.integers(0, len(_KEYS) - 1),
     st.integers(0, 7),  # whose: a recent claim's owner (on its own key when even), 7 an intruder
@@ -133,10 +147,14 @@ def differ(
         if op == "advance":
             clock.advance(seconds)
             continue
-        if op == "claim":
+        if op in ("claim", "claim-keep"):
             owner = f"{len(trace):032x}" if len(trace) % 3 else f"owner-{len(trace)}"
             made = (owner, _FPS[n], scope, key)
-            calls = [s.claim(scope, key, _FPS[n], owner, seconds) for s in (reference, memory)]
+            keep = _KEEP if op == "claim-keep" else 0.0
+            calls = [
+                s.claim(scope, key, _FPS[n], owner, seconds, keep_lapsed=keep)
+                for s in (reference, memory)
+            ]
         else:
             # Mostly a recent claim's own owner on its own key; else that owner (or an
             # intruder) on whichever key the op names.
@@ -148,8 +166,14 @@ def differ(
                 owner, fp = "intruder", _FPS[0]
             if op == "renew":
                 calls = [s.renew(scope, key, owner, seconds) for s in (reference, memory)]
-            elif op == "release":
-                calls = [s.release(scope, key, owner) for s in (reference, memory)]
+            elif op in ("release", "release-lapse"):
+                lapse = op == "release-lapse"
+                calls = [s.release(scope, key, owner, lapse=lapse) for s in (reference, memory)]
+            elif op == "claim-again":  # the owner's claim sent again (or a new one of its)
+                calls = [
+                    s.claim(scope, key, fp, owner, seconds, keep_lapsed=_KEEP)
+                    for s in (reference, memory)
+                ]
             elif op == "get":
                 calls = [s.get(scope, key) for s in (reference, memory)]
             else:
@@ -158,13 +182,22 @@ def differ(
                     trace[-1] += " (left open: skipped)"
                     continue
                 outcome = _OUTCOMES[n % len(_OUTCOMES)]
+                replaceable = op == "complete-replaceable"
                 calls = [
-                    s.complete(scope, key, owner, outcome, seconds, fingerprint=given_fp)
+                    s.complete(
+                        scope,
+                        key,
+                        owner,
+                        outcome,
+                        seconds,
+                        fingerprint=given_fp,
+                        replaceable=replaceable,
+                    )
                     for s in (reference, memory)
                 ]
         expected, got = (_answer(c) for c in calls)
         assert got == expected, "\n".join(trace)
-        if op == "claim" and getattr(expected, "claimed", False):
+        if op in ("claim", "claim-keep") and getattr(expected, "claimed", False):
             claimed.append(made)
         # Every key read back agrees too, not only the one operated on.
         for sc in _SCOPES:
@@ -196,9 +229,21 @@ def _random_ops(rng: random.Random, n: int) -> list[tuple[str, int, int, int, fl
         what = rng.choice(["claim", "act", "act", "advance"])
         s, k = rng.randrange(len(_SCOPES)), rng.randrange(2)  # two keys: they meet often
         if what == "claim":
-            ops.append(("claim", s, k, rng.randrange(len(_FPS)), rng.choice([1.0, 10.0, 30.0])))
+            claim = rng.choice(["claim", "claim-keep"])
+            ops.append((claim, s, k, rng.randrange(len(_FPS)), rng.choice([1.0, 10.0, 30.0])))
         elif what == "act":
-            act = rng.choice(["renew", "complete", "complete-nofp", "release", "get"])
+            act = rng.choice(
+                [
+                    "renew",
+                    "complete",
+                    "complete-nofp",
+                    "complete-replaceable",
+                    "release",
+                    "release-lapse",
+                    "claim-again",
+                    "get",
+                ]
+            )
             ops.append((act, s, k, rng.randrange(8), rng.choice([1.0, 10.0, 60.0])))
         else:
             ops.append(("advance", 0, 0, 0, rng.choice([0.5, 1.0, 10.0])))

@@ -132,6 +132,10 @@ async def test_schema_and_wal_mode(tmp_path: Path, clock: FakeClock) -> None:
             "owner",
             "expires",
             "outcome",
+            "lease_end",
+            "claimed_at",
+            "replaceable",
+            "took_over",
         }
         assert (columns["scope"][5], columns["key"][5]) == (1, 2)  # primary key (scope, key)
         kinds = conn.execute(
