@@ -54,7 +54,9 @@ class LoopBound:
             self.refused += 1
             raise RuntimeError("the store's client is attached to a different loop")
 
-    async def claim(self, scope: str, key: str, fingerprint: str, owner: str, lease: float) -> Claim:
+    async def claim(
+        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
+    ) -> Claim:
         await self._enter()
         self.scope = scope
         async with self.lock:
@@ -150,7 +152,7 @@ def test_a_store_that_says_it_runs_anywhere_is_renewed_from_the_keepers_thread()
         call = ToolCall(name="t", arguments={"n": 2}, key="k2", policy=POLICY)
 
         async def blocks_the_loop() -> Outcome:
-            time.sleep(LEASE * 2)  # the loop is blocked: only the keeper's thread can renew
+            time.sleep(LEASE * 2)  # noqa: ASYNC251 - the blocked loop under test
             return ok("blocked")
 
         assert await engine.handle(call, blocks_the_loop) == ok("blocked")

@@ -762,7 +762,11 @@ async def _forward(
         }
         return {"jsonrpc": "2.0", "id": rid, "error": error}, exc
     except UpstreamLost as exc:
-        return {"jsonrpc": "2.0", "id": rid, "error": unavailable_error(exc.reason, sent=exc.sent)}, None
+        return {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "error": unavailable_error(exc.reason, sent=exc.sent),
+        }, None
     if entry.get("method") in _ADVERTISED:
         advertise(reply)
     return reply, None

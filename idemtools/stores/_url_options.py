@@ -175,7 +175,11 @@ def take(url: str, kind: str) -> tuple[str, dict[str, Any]]:
 def unknown(kind: str, name: str) -> InvalidStoreURLError:
     """The error for a query option neither idemtools nor the store's driver takes."""
     driver = _DRIVER.get(kind)
-    who = f"neither {_STORE[kind]} nor {driver} takes it" if driver else f"{_STORE[kind]} does not take it"
+    who = (
+        f"neither {_STORE[kind]} nor {driver} takes it"
+        if driver
+        else f"{_STORE[kind]} does not take it"
+    )
     return InvalidStoreURLError(
         f"store URL option {name}= is unknown: {who}; {_STORE[kind]}'s own are "
         + ", ".join(sorted(OPTIONS[kind]))
@@ -202,11 +206,15 @@ def driver_refused(kind: str, url: str, exc: Exception) -> InvalidStoreURLError 
         return unknown(kind, pg.group(1))
     for name in leftover(url):  # redis-py: "Invalid value for 'socket_timeout' in connection URL."
         if f"'{name}'" in str(exc) and "Invalid value" in str(exc):
-            return InvalidStoreURLError(f"store URL option {name}= has a value {_DRIVER[kind]} refuses")
+            return InvalidStoreURLError(
+                f"store URL option {name}= has a value {_DRIVER[kind]} refuses"
+            )
     return None
 
 
-def merged(found: Mapping[str, Any], given: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+def merged(
+    found: Mapping[str, Any], given: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> dict[str, Any]:
     """`from_url`'s keywords with the URL's options applied: a keyword left at its default
     takes the URL's value; one given otherwise wins, as in `stores.from_url`."""
     out = {name: value for name, value in given.items() if name in defaults}

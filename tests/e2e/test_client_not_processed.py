@@ -17,7 +17,7 @@ from idemtools.keyed_session import KeyedSession, classify
 from .harness import LINE, make_app
 from .lossy import Loss, lossy_session
 from .test_client import session_for
-from .test_keyed_session import _rpc
+from .test_keyed_session import SDK_ERROR, _rpc
 
 RETRYING = RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.02)
 TYPES = [
@@ -58,7 +58,9 @@ async def test_a_conflict_carrying_the_hint_is_raised_at_once() -> None:
     async with session_for(app) as session:
         await call_tool(session, "charge", {"amount": 1}, idempotency_key="np-k")
         with pytest.raises(ConflictError) as refused:
-            await call_tool(session, "charge", {"amount": 2}, idempotency_key="np-k", retry=RETRYING)
+            await call_tool(
+                session, "charge", {"amount": 2}, idempotency_key="np-k", retry=RETRYING
+            )
     assert refused.value.not_processed is True  # the server said so; the client still stops
     assert app.count("charge") == 1
 
@@ -77,9 +79,9 @@ async def test_a_tools_error_carrying_the_hint_is_not_retried_under_its_key() ->
     app = make_app()
     _hinting_tool(app)
     async with session_for(app) as session:
-        with pytest.raises(Exception) as raised:
+        with pytest.raises(SDK_ERROR) as raised:
             await call_tool(session, "busy", {"x": 1}, idempotency_key="np-t", retry=RETRYING)
-    assert getattr(raised.value, "error").data == {"notProcessed": True}
+    assert raised.value.error.data == {"notProcessed": True}
     assert app.count("busy") == 1  # one attempt: a definite answer, whatever its hint
 
 
@@ -90,7 +92,7 @@ async def test_after_a_definite_answer_carrying_the_hint_an_equal_call_gets_a_ne
     async with lossy_session(app.server, Loss(drop=0)) as session:
         keyed = KeyedSession(session)
         for _ in range(2):
-            with pytest.raises(Exception):
+            with pytest.raises(SDK_ERROR):
                 await keyed.call_tool("busy", {"x": 1})
         assert len(keyed.retry_keys) == 0  # no key kept for a retry
     assert app.count("busy") == 2  # two operations: the second was no replay of the first

@@ -32,9 +32,7 @@ def _unknown_urls(tmp: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("index", range(7))
-def test_an_unknown_option_is_refused_at_construction_naming_it(
-    tmp_path: Path, index: int
-) -> None:
+def test_an_unknown_option_is_refused_at_construction_naming_it(tmp_path: Path, index: int) -> None:
     if index >= 2:
         pytest.importorskip("redis" if index < 6 else "psycopg")
     url = _unknown_urls(tmp_path)[index]
@@ -135,7 +133,12 @@ def test_a_keyword_wins_over_the_query() -> None:
     assert isinstance(memory, MemoryStore) and memory.max_records == 3
 
 
-_TYPED = [(kind, name) for kind, names in OPTIONS.items() for name in names if name not in ("prefix", "table")]
+_TYPED = [
+    (kind, name)
+    for kind, names in OPTIONS.items()
+    for name in names
+    if name not in ("prefix", "table")
+]
 _SCHEME = {
     "memory": "memory://",
     "sqlite": "sqlite:///x.db",
@@ -155,6 +158,9 @@ def test_a_value_of_the_wrong_type_is_refused_naming_the_option(
         from_url(f"{_SCHEME[kind]}?{name}={value}")
 
 
-@given(st.integers(0, 10**6), st.sampled_from([("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("", 1)]))
+@given(
+    st.integers(0, 10**6),
+    st.sampled_from([("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("", 1)]),
+)
 def test_durations(n: int, unit: tuple[str, float]) -> None:
     assert duration("t", f"{n}{unit[0]}") == pytest.approx(n * unit[1])
