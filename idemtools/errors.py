@@ -23,6 +23,12 @@ bound methods: every `RefusedError` has `type`, `message`, `key` and `data` (the
 a client receives), `InProgressError` also `retry_after_ms`; `IdempotencyNotSupportedError`
 has `message` and `tool`.
 
+`data.notProcessed: true` (the MCP transports working group's error-registry draft: "this
+request provably had no effect") is on every refusal where the tool did not run for this request
+and the operation's state is not unknown (`RefusedError.not_processed`); never on a replay, nor
+on the refusals that stand for a call that ran or may have run (outcome unknown, not kept, too
+large, record corrupt). Clients read it as a hint only: `error.data.type` decides.
+
 Clients are meant to read `error.data.type`; the JSON-RPC codes are configurable
 (`ErrorCodes`) because the SEP defines none. Store implementations raise `StoreFullError`,
 `QuotaExceededError` and `StoreUnavailableError` (chained `from` the driver's exception) and
@@ -36,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 __all__ = [
+    "NOT_PROCESSED",
     "ArgumentsInvalidError",
     "ConflictError",
     "ErrorCodes",
@@ -58,6 +65,9 @@ __all__ = [
 ]
 
 INVALID_PARAMS = -32602
+
+NOT_PROCESSED = "notProcessed"
+"""The `error.data` member saying the request provably had no effect (a hint for clients)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,9 @@ class RefusedError(IdempotencyError):
     """A keyed call refused before its tool ran; becomes a JSON-RPC error with `data.type`."""
 
     type: ClassVar[str] = "idempotency_error"
+    not_processed: bool = False
+    """True when the tool provably did not run for this request (`data.notProcessed`); a class
+    default, set False on an instance whose tool did run (a transaction rolled back)."""
 
     def __init__(self, message: str, *, key: object = None) -> None:
         super().__init__(message)
@@ -126,7 +139,10 @@ class RefusedError(IdempotencyError):
     @property
     def data(self) -> dict[str, Any]:
         """The `error.data` object sent to the client (a plain dict, built from the attributes)."""
-        return {"type": self.type, "idempotencyKey": _truncate(self.key)}
+        data: dict[str, Any] = {"type": self.type, "idempotencyKey": _truncate(self.key)}
+        if self.not_processed:
+            data[NOT_PROCESSED] = True
+        return data
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r}, data={self.data!r})"
@@ -136,18 +152,21 @@ class KeyInvalidError(RefusedError):
     """The key is not a string of 1..max characters."""
 
     type = "idempotency_key_invalid"
+    not_processed = True
 
 
 class ArgumentsInvalidError(RefusedError):
     """The arguments are not JSON (NaN, infinity): they cannot be compared, so not deduplicated."""
 
     type = "idempotency_arguments_invalid"
+    not_processed = True
 
 
 class InProgressError(RefusedError):
     """A call with this key is still running; retry after `retry_after_ms`."""
 
     type = "idempotency_key_in_progress"
+    not_processed = True
 
     def __init__(self, message: str, *, key: object = None, retry_after_ms: int = 0) -> None:
         super().__init__(message, key=key)
@@ -162,12 +181,14 @@ class ConflictError(RefusedError):
     """The key was used before with another tool name or other arguments."""
 
     type = "idempotency_key_conflict"
+    not_processed = True
 
 
 class ScopeUnavailableError(RefusedError):
     """The tool's scope cannot be determined for this request (e.g. HTTP without a token)."""
 
     type = "idempotency_scope_unavailable"
+    not_processed = True
 
 
 class UnauthorizedError(RefusedError):
@@ -178,12 +199,14 @@ class UnauthorizedError(RefusedError):
     """
 
     type = "idempotency_unauthorized"
+    not_processed = True
 
 
 class StoreFullError(RefusedError):
     """The store is at its bound (live records or bytes); records are never dropped early."""
 
     type = "idempotency_store_full"
+    not_processed = True
 
 
 class QuotaExceededError(RefusedError):
@@ -196,6 +219,7 @@ class QuotaExceededError(RefusedError):
     """
 
     type = "idempotency_quota_exceeded"
+    not_processed = True
 
 
 class StoreUnavailableError(RefusedError):
@@ -207,6 +231,7 @@ class StoreUnavailableError(RefusedError):
     """
 
     type = "idempotency_store_unavailable"
+    not_processed = True
 
     def __init__(
         self, message: str, *, key: object = None, client_message: str | None = None
@@ -278,12 +303,17 @@ def error_from_data(message: str, data: object) -> RefusedError | None:
     if cls is None:
         return None
     key = data.get("idempotencyKey")
+    error: RefusedError
     if cls is InProgressError:
         retry = data.get("retryAfterMs")
-        return InProgressError(
+        error = InProgressError(
             message, key=key, retry_after_ms=retry if isinstance(retry, int) else 0
         )
-    return cls(message, key=key)
+    else:
+        error = cls(message, key=key)
+    # What the server said, as a hint: the type alone decides what a client does next.
+    error.not_processed = data.get(NOT_PROCESSED) is True
+    return error
 
 
 _KEY_ECHO_MAX = 64

@@ -80,6 +80,41 @@ def test_install_error_is_not_a_refusal() -> None:
     assert not issubclass(InstallError, RefusedError)
 
 
+# The refusals of a request the tool provably did not run for (`data.notProcessed: true`); the
+# others stand for a call that ran or may have run.
+NOT_PROCESSED_TYPES = {
+    "idempotency_key_in_progress",
+    "idempotency_key_conflict",
+    "idempotency_key_invalid",
+    "idempotency_arguments_invalid",
+    "idempotency_scope_unavailable",
+    "idempotency_unauthorized",
+    "idempotency_quota_exceeded",
+    "idempotency_store_full",
+    "idempotency_store_unavailable",
+}
+NEVER_NOT_PROCESSED = {
+    "idempotency_outcome_unknown",
+    "idempotency_outcome_not_kept",
+    "idempotency_outcome_too_large",
+    "idempotency_record_corrupt",
+}
+
+
+def test_every_refusal_type_is_classified_for_not_processed() -> None:
+    assert set(ALL_REFUSALS) == NOT_PROCESSED_TYPES | NEVER_NOT_PROCESSED
+    assert not NOT_PROCESSED_TYPES & NEVER_NOT_PROCESSED
+
+
+def test_a_rebuilt_error_reflects_the_wire_not_its_class() -> None:
+    """A client sees what the server sent: a refusal without the hint rebuilds without it."""
+    rebuilt = error_from_data("m", {"type": "idempotency_key_conflict", "idempotencyKey": "k"})
+    assert rebuilt is not None and rebuilt.not_processed is False
+    assert "notProcessed" not in rebuilt.data
+    odd = error_from_data("m", {"type": "idempotency_outcome_unknown", "notProcessed": True})
+    assert odd is not None and odd.not_processed is True  # reported as received, a hint only
+
+
 @pytest.mark.parametrize(("error_type", "cls"), sorted(ALL_REFUSALS.items()))
 def test_data_round_trip(error_type: str, cls: type[RefusedError]) -> None:
     error = (
@@ -90,10 +125,12 @@ def test_data_round_trip(error_type: str, cls: type[RefusedError]) -> None:
     data = error.data
     assert data["type"] == error_type
     assert data["idempotencyKey"] == "k"
+    extra = {"notProcessed"} if error_type in NOT_PROCESSED_TYPES else set()
     if cls is InProgressError:
         assert data["retryAfterMs"] == 1234
-    else:
-        assert set(data) == {"type", "idempotencyKey"}
+        extra.add("retryAfterMs")
+    assert set(data) == {"type", "idempotencyKey", *extra}
+    assert data.get("notProcessed", True) is True  # present as true, or absent
     wire = json.loads(json.dumps(data))  # what a client receives
     rebuilt = error_from_data("m", wire)
     assert type(rebuilt) is cls

@@ -21,6 +21,7 @@ from typing import Any
 from ..bridges import KeySource
 from ..canonical import CanonicalizationError, fingerprint
 from ..errors import (
+    NOT_PROCESSED,
     ArgumentsInvalidError,
     ConflictError,
     InProgressError,
@@ -191,13 +192,19 @@ def answer_existing(
     try:
         if record.outcome is None:
             raise ValueError("completed record without an outcome")
-        return Outcome.from_bytes(record.outcome, key=key)
+        outcome = Outcome.from_bytes(record.outcome, key=key)
     except ValueError as exc:
         log.error("corrupt idempotency record key_digest=%s: %s", key_digest(key), exc)
         raise RecordCorruptError(
             "the stored outcome for this idempotencyKey cannot be read; the call was not run again",
             key=key,
         ) from None
+    error = outcome.error
+    if error is not None and isinstance(data := error.get("data"), dict) and NOT_PROCESSED in data:
+        # A recorded outcome ran (or was relayed as run): a replay never says "no effect".
+        rest = {k: v for k, v in data.items() if k != NOT_PROCESSED}
+        return Outcome(error={**error, "data": rest}, replayed=True)
+    return outcome
 
 
 def mark_replay(outcome: Outcome) -> Outcome:

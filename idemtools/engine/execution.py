@@ -292,12 +292,12 @@ class TransactionalRecording(Recording):
                 log.error(
                     "could not release key_digest=%s: %r", key_digest(ex.key), original(release_exc)
                 )
-            return self.engine.refusal(
-                StoreUnavailableError(
-                    "the call's transaction could not be committed; nothing it wrote was kept",
-                    key=ex.key,
-                )
+            refused = StoreUnavailableError(
+                "the call's transaction could not be committed; nothing it wrote was kept",
+                key=ex.key,
             )
+            refused.not_processed = False  # the tool ran: what it did outside is unknown
+            return self.engine.refusal(refused)
         return outcome
 
     async def _complete_after(

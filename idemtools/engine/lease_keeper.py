@@ -18,17 +18,20 @@ the tool a second time. That is not prevented here; it is never silent either: e
 (and every completion) later than the lease allows is reported to `on_lapse` with how late it
 was, and the engine logs it at ERROR (`lease lapsed`) and counts it (`stats.lease_lapses`).
 
-Where a store cannot give the keeper its own connection (`for_lease_keeper()` returns None),
-renewals are sent to the engine's own asyncio loop instead, as before: a blocked loop then
-delays them, and late completion (a store records an outcome whose lease ran out while nobody
-else claimed the key) is what still saves the outcome.
+Where a store cannot give the keeper its own connection (`for_lease_keeper()` returns None,
+or the store has no such method: written against the five operations alone, it may be bound to
+the server's loop), renewals are sent to the engine's own event loop instead (asyncio, or trio
+through its token): a blocked loop then delays them, and late completion (a store records an
+outcome whose lease ran out while nobody else claimed the key) is what still saves the outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -66,6 +69,7 @@ class Lease:
         "reported",
         "scope",
         "tool",
+        "trio",
     )
 
     def __init__(
@@ -79,6 +83,7 @@ class Lease:
         deadline: float | None = None,
         tool: str = "",
         call: object = None,
+        trio: object = None,
     ) -> None:
         self.scope = scope
         self.key = key
@@ -102,6 +107,7 @@ class Lease:
         self.deadline = deadline
         self.tool = tool
         self.call = call  # the engine's own handle on the call, for `record_unknown`
+        self.trio = trio  # without an asyncio loop: the caller's trio token, if any
 
 
 class LeaseKeeper:
@@ -154,6 +160,7 @@ class LeaseKeeper:
         self._wake: asyncio.Event | None = None
         self._closing = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._told = False  # the renewals' route was logged once
 
     @property
     def live(self) -> int:
@@ -174,10 +181,11 @@ class LeaseKeeper:
     ) -> Lease:
         """Start renewing a claim just made; `drop` it when the call has ended. With
         `max_runtime`, renewals stop that many seconds from now."""
+        token: object = None
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:  # trio: no asyncio loop to fall back to
-            loop = None
+        except RuntimeError:  # trio: its token, to renew there when the store needs it
+            loop, token = None, _trio_token()
         now = time.monotonic()
         due = now + lease / 3
         held = Lease(
@@ -190,6 +198,7 @@ class LeaseKeeper:
             None if max_runtime is None else now + max_runtime,
             tool,
             call,
+            token,
         )
         with self._lock:
             if self._closing:
@@ -328,6 +337,15 @@ class LeaseKeeper:
     def _open_store(self) -> Store | None:
         try:
             store: Store | None = lease_keeper_store(self._source)
+            if store is None and not hasattr(self._source, "for_lease_keeper") and not self._told:
+                self._told = True
+                log.info(
+                    "lease keeper: %s store has no for_lease_keeper(); its claims are renewed "
+                    "on the server's event loop, where its calls run (a tool that blocks that "
+                    "loop delays them). Define for_lease_keeper() returning the store itself "
+                    "if its operations may run on any event loop and thread",
+                    self._source.kind,
+                )
         except Exception as exc:
             log.error(
                 "lease keeper: %s store could not open a connection of its own (%r); "
@@ -408,12 +426,31 @@ class LeaseKeeper:
 
     async def _renew_on_caller_loop(self, held: Lease) -> bool:
         if held.loop is None:
-            return True  # trio, and no connection of our own: late completion covers it
+            if held.trio is None:
+                return True  # no loop to reach: late completion covers it
+            import trio
+
+            renew = functools.partial(
+                self._source.renew, held.scope, held.key, held.owner, held.lease
+            )
+            run: Callable[..., bool] = trio.from_thread.run
+            return await asyncio.to_thread(run, renew, trio_token=held.trio)
         coro: Coroutine[Any, Any, bool] = self._source.renew(
             held.scope, held.key, held.owner, held.lease
         )
         future = asyncio.run_coroutine_threadsafe(coro, held.loop)
         return await asyncio.wrap_future(future)
+
+
+def _trio_token() -> object:
+    """The running trio run's token, or None (no trio, or not inside it)."""
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return None
+    try:
+        return trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        return None
 
 
 def _log_lapse(held: Lease, late: float) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..engine.unknown import OUTCOME_UNKNOWN, StillRunning
 from ..engine.unknown import outcome_unknown as _unknown
-from ..errors import ErrorCodes
+from ..errors import NOT_PROCESSED, ErrorCodes
 from ..outcome import Outcome
 
 __all__ = [
@@ -66,13 +66,20 @@ def late_unknown(key: str, reason: str, later: Awaitable[Outcome | None]) -> Out
 def not_sent(reason: str) -> Outcome:
     """The answer to a keyed call that never reached the upstream: not recorded (`final` is
     False), so a retry once the upstream is back runs it."""
-    return Outcome(error=unavailable_error(reason), final=False)
+    return Outcome(error=unavailable_error(reason, sent=False), final=False)
 
 
-def unavailable_error(reason: str) -> dict[str, Any]:
-    """The JSON-RPC error for a request the upstream could not take or answer (unrecorded)."""
+def unavailable_error(reason: str, *, sent: bool) -> dict[str, Any]:
+    """The JSON-RPC error for a request the upstream could not take or answer (unrecorded).
+
+    `sent`: the request left the proxy, so the upstream may have acted on it; only a request
+    that never left carries `data.notProcessed` (it provably had no effect).
+    """
+    data: dict[str, Any] = {"type": UPSTREAM_UNAVAILABLE_TYPE}
+    if not sent:
+        data[NOT_PROCESSED] = True
     return {
         "code": UPSTREAM_UNAVAILABLE,
         "message": f"upstream unavailable ({reason})",
-        "data": {"type": UPSTREAM_UNAVAILABLE_TYPE},
+        "data": data,
     }

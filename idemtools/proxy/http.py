@@ -39,7 +39,7 @@ import httpx
 import orjson
 
 from ..engine import Engine
-from ..errors import RefusedError, UnauthorizedError
+from ..errors import NOT_PROCESSED, RefusedError, UnauthorizedError
 from ..policy import Registry
 from ..stores import from_url
 from . import jsonread
@@ -444,7 +444,7 @@ class HttpProxy:
             log.info("tools/call refused by the authorize rule of %s", name)
             outcome = self.engine.refusal(UnauthorizedError("unauthorized"))
             error = dict(outcome.error or {})
-            error["data"] = {"type": UnauthorizedError.type}
+            error["data"] = {"type": UnauthorizedError.type, NOT_PROCESSED: True}
             rid = entry.get("id") if message is entry else None
             reply = {"jsonrpc": "2.0", "id": rid, "error": error}
             await _whole(send, 200 if message is entry else 403, b"application/json", _dumps(reply))
@@ -762,7 +762,11 @@ async def _forward(
         }
         return {"jsonrpc": "2.0", "id": rid, "error": error}, exc
     except UpstreamLost as exc:
-        return {"jsonrpc": "2.0", "id": rid, "error": unavailable_error(exc.reason)}, None
+        return {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "error": unavailable_error(exc.reason, sent=exc.sent),
+        }, None
     if entry.get("method") in _ADVERTISED:
         advertise(reply)
     return reply, None

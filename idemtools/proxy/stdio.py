@@ -566,7 +566,7 @@ class StdioProxy:
                 try:
                     self.upstream.write(dumps(entry))
                 except UpstreamLost as exc:  # never sent: nothing ran
-                    error = unavailable_error(exc.reason)
+                    error = unavailable_error(exc.reason, sent=exc.sent)
                     answer = {"jsonrpc": "2.0", "id": original, "error": error}
                     batch.fill(index, dumps(answer)[:-1])
                     continue
@@ -649,7 +649,7 @@ class StdioProxy:
         waiting, self.batch_waiting = self.batch_waiting, {}
         for slots in waiting.values():  # unkeyed entries of split batches: never answered
             for batch, index, _, original in slots:
-                error = unavailable_error("the upstream exited before answering")
+                error = unavailable_error("the upstream exited before answering", sent=True)
                 answer = {"jsonrpc": "2.0", "id": original, "error": error}
                 batch.fill(index, dumps(answer)[:-1])
         self.stop("the upstream exited")

@@ -280,14 +280,18 @@ def store_info(store: Store) -> StoreInfo:
 
 
 def lease_keeper_store(store: Store) -> Store | None:
-    """`store.for_lease_keeper()`, or the store itself when it has no such method.
+    """`store.for_lease_keeper()`, or None (renew on the server's loop) when it has no such method.
 
-    A store without it was written before the lease keeper had a thread of its own, and is
-    taken to be callable from any event loop, as it always was. Errors of
-    `for_lease_keeper()` propagate: the keeper logs them and renews on the server's loop."""
+    A store written against the five operations alone says nothing of where they may run: an
+    `asyncio.Lock` made at construction, or an async driver's client, belongs to the server's
+    event loop, and called from the keeper's thread every renewal would fail ("attached to a
+    different loop") while the calls go on. So it is renewed where its calls run; a store
+    whose operations may run on any loop says so with `for_lease_keeper()` returning itself.
+    Errors of `for_lease_keeper()` propagate: the keeper logs them and renews on the server's
+    loop."""
     if isinstance(store, _OpensForKeeper):
         return store.for_lease_keeper()
-    return store
+    return None
 
 
 @runtime_checkable

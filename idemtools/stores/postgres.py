@@ -100,6 +100,10 @@ from ._common import (
     store_full,
 )
 from ._extras import require_extra
+from ._url_options import defaults as option_defaults
+from ._url_options import driver_refused, merged
+from ._url_options import leftover as leftover_options
+from ._url_options import take as take_options
 from .base import Claim, Record, Status, StoreInfo, describe
 
 with require_extra("postgres", "PostgresStore"):
@@ -280,7 +284,26 @@ class PostgresStore:
         `timeout` bounds how long an operation waits for a pooled connection — while the server
         is down that is how long a keyed call waits before `idempotency_store_unavailable`.
         `connect_timeout` bounds one connection attempt (libpq rounds it up to 2 s).
+
+        idemtools' own options may ride in the URL's query (`?table=idem&timeout=2s`); a
+        keyword given too wins. The rest of the query goes to libpq, which is asked now
+        whether it takes it: an unknown option is refused here, by name.
         """
+        given = dict(locals())  # the parameters, before anything else is bound
+        url, found = take_options(url, "postgres")
+        if found:
+            own = merged(found, given, option_defaults(cls.from_url))
+            return cls.from_url(url, **own, **connect_kwargs)
+        if leftover_options(url):
+            from psycopg.conninfo import conninfo_to_dict
+
+            try:
+                conninfo_to_dict(url)
+            except Exception as exc:
+                refused = driver_refused("postgres", url, exc)
+                if refused is None:
+                    raise
+                raise refused from None
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(connect_timeout)),

@@ -80,6 +80,10 @@ from ..errors import RecordCorruptError, StoreFullError, StoreUnavailableError
 from ..outcome import tombstone
 from ._common import at_least_one, corrupt, encode, key_digest, once_more_if_broken, quota_exceeded
 from ._extras import require_extra
+from ._url_options import defaults as option_defaults
+from ._url_options import driver_refused, merged
+from ._url_options import leftover as leftover_options
+from ._url_options import take as take_options
 from .base import Claim, Record, Status, StoreInfo, describe
 
 with require_extra("redis", "RedisStore"):
@@ -514,7 +518,16 @@ class RedisStore:
         runs: better to answer `idempotency_store_unavailable` in seconds than to hang. The
         client's own retries are turned off; the store retries once itself, safely (see the
         module docstring).
+
+        idemtools' own options may ride in the URL's query (`?prefix=app:&timeout=2s`); a
+        keyword given too wins. The rest of the query goes to redis-py, which is asked now
+        whether it takes it: an unknown option is refused here, by name.
         """
+        given = dict(locals())  # the parameters, before anything else is bound
+        url, found = take_options(url, "redis")
+        if found:
+            own = merged(found, given, option_defaults(cls.from_url))
+            return cls.from_url(url, **own, **client_kwargs)
         kwargs: dict[str, Any] = {
             "socket_connect_timeout": connect_timeout,
             "socket_timeout": timeout,
@@ -525,16 +538,24 @@ class RedisStore:
             kwargs["max_connections"] = max_connections
         kwargs.update(client_kwargs)
         client: Redis | RedisCluster
-        if url.partition("://")[0].lower() in ("redis+cluster", "rediss+cluster"):
-            kwargs.pop("health_check_interval")  # a Cluster checks nodes itself
-            client = cluster.cluster_from_url(url, **kwargs)
-        else:
-            # A blocking pool: past `max_connections` (default 100) concurrent commands, a
-            # command waits up to `timeout` for a connection instead of failing at once
-            # (redis-py's default pool raises MaxConnectionsError: a refused keyed call).
-            kwargs.setdefault("max_connections", 100)
-            pool = BlockingConnectionPool.from_url(url, timeout=timeout, **kwargs)
-            client = Redis.from_pool(pool)  # the client owns the pool: aclose() closes both
+        try:
+            if url.partition("://")[0].lower() in ("redis+cluster", "rediss+cluster"):
+                kwargs.pop("health_check_interval")  # a Cluster checks nodes itself
+                client = cluster.cluster_from_url(url, **kwargs)
+            else:
+                # A blocking pool: past `max_connections` (default 100) concurrent commands, a
+                # command waits up to `timeout` for a connection instead of failing at once
+                # (redis-py's default pool raises MaxConnectionsError: a refused keyed call).
+                kwargs.setdefault("max_connections", 100)
+                pool = BlockingConnectionPool.from_url(url, timeout=timeout, **kwargs)
+                if leftover_options(url):  # built, not connected: redis-py checks its options
+                    pool.make_connection()  # type: ignore[no-untyped-call]
+                client = Redis.from_pool(pool)  # the client owns the pool: aclose() closes both
+        except (TypeError, ValueError) as exc:
+            refused = driver_refused("redis", url, exc)
+            if refused is None:
+                raise
+            raise refused from None
         return cls(
             client,
             prefix=prefix,

@@ -464,6 +464,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "only the newest 100 records are kept (eviction by count)",
         "retention-after-other-keys",
     ),
+    # -- not-processed (an extension beyond the SEP: an INFO check)
+    _m(
+        "not-processed-on-replay",
+        "not-processed",
+        "a replayed JSON-RPC error says data.notProcessed: true (as if nothing had run)",
+        "not-processed-hint",
+        eras=BOTH,
+    ),
 )
 
 

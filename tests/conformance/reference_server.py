@@ -13,8 +13,9 @@ of the conformance contract, and SEP-3182 itself:
   members in any order, strings as parsed: no Unicode normalisation); `_meta` is not compared;
   keys are compared exactly;
 - a running duplicate refused at once (`idempotency_key_in_progress`), other arguments refused
-  (`idempotency_key_conflict`), every outcome replayed byte for byte: results, `isError`
-  results and JSON-RPC errors;
+  (`idempotency_key_conflict`), both with `data.notProcessed: true` (beyond the SEP: the
+  error-registry draft's "this request provably had no effect"), every outcome replayed byte
+  for byte: results, `isError` results and JSON-RPC errors;
 - records kept `--retention` seconds after completion; scope = the bearer token on HTTP, the
   process's local user on stdio; MRTR continuations (`requestState`, `inputResponses`) are not
   retries: they run as unkeyed calls.
@@ -131,6 +132,7 @@ MUTANTS = frozenset(
         "retention-lru-100",
         "retention-errors-short",
         "retention-large-short",
+        "not-processed-on-replay",
         # conforming variants (not bugs): the kit must pass them
         "retention-forever",
         "record-size-limit",
@@ -669,7 +671,11 @@ class Server:
                 code = -32001 if self.has("legacy-code") else IN_PROGRESS_CODE
                 data = None
                 if not self.has("in-progress-no-data"):
-                    data = {"type": "idempotency_key_in_progress", "idempotencyKey": sent}
+                    data = {
+                        "type": "idempotency_key_in_progress",
+                        "idempotencyKey": sent,
+                        "notProcessed": True,
+                    }
                 return _error(code, "a request with this idempotencyKey is in progress", data)
             await asyncio.sleep(0.02)
             row = self.store.get(scope, key) or row
@@ -690,7 +696,7 @@ class Server:
 
     def _conflict(self, sent: str) -> Outcome:
         code = -32077 if self.has("reserved-code") else CONFLICT_CODE
-        data = {"type": "idempotency_key_conflict", "idempotencyKey": sent}
+        data = {"type": "idempotency_key_conflict", "idempotencyKey": sent, "notProcessed": True}
         if self.has("conflict-no-data-type"):
             del data["type"]
         return _error(code, "idempotencyKey was used with different arguments", data)
@@ -733,6 +739,10 @@ class Server:
         if kind == "error" and self.has("throw-replay-drops-data"):
             error = json.loads(body)
             error.pop("data", None)
+            body = _dumps(error)
+        if kind == "error" and self.has("not-processed-on-replay"):
+            error = json.loads(body)
+            error["data"] = {**(error.get("data") or {}), "notProcessed": True}
             body = _dumps(error)
         if self.has("replay-wrong-result") and kind == "result":
             gone = {"content": [{"type": "text", "text": "already done"}], "isError": False}

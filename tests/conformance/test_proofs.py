@@ -205,8 +205,9 @@ PROTOTYPE = s(
 # ... and what it fails through those: a conflict by tool name is not refused, so whether the
 # record survives a refused conflict cannot be judged (blocked by conflict-tool-name).
 PROTOTYPE_BLOCKED = s("conflict-record-unchanged")
-# Its fixture tools predate `pad`: the large-outcome check is skipped, naming the fixture.
-PROTOTYPE_SKIPPED = s("replay-large-outcome")
+# Its fixture tools predate `pad`: the large-outcome check is skipped, naming the fixture. It
+# sends no data.notProcessed (an extension beyond the SEP): that INFO check is skipped too.
+PROTOTYPE_SKIPPED = s("replay-large-outcome", "not-processed-hint")
 
 
 def test_sep_prototype_fails_exactly_what_its_behaviour_deserves(tmp_path: Path) -> None:

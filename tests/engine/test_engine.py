@@ -262,6 +262,7 @@ async def test_in_progress_refused_at_once(engine: Engine) -> None:
         "type": "idempotency_key_in_progress",
         "idempotencyKey": "k",
         "retryAfterMs": data(refused)["retryAfterMs"],
+        "notProcessed": True,
     }
     retry_after = data(refused)["retryAfterMs"]
     assert isinstance(retry_after, int) and 0 < retry_after <= LEASE * 1000
@@ -285,7 +286,11 @@ async def test_same_key_other_request_is_a_conflict(engine: Engine, other: ToolC
     tool = Tool()
     await engine.handle(call("k1", {"amount": 10}), tool)
     answer = await engine.handle(other, tool)
-    assert data(answer) == {"type": "idempotency_key_conflict", "idempotencyKey": "k1"}
+    assert data(answer) == {
+        "type": "idempotency_key_conflict",
+        "idempotencyKey": "k1",
+        "notProcessed": True,
+    }
     assert answer.error is not None
     assert answer.error["code"] == ErrorCodes().idempotency_key_conflict
     assert tool.calls == 1
@@ -361,7 +366,11 @@ async def test_different_keys_run_separately(engine: Engine) -> None:
 async def test_invalid_keys_refused(engine: Engine, key: object, echo: object) -> None:
     tool = Tool()
     answer = await engine.handle(call(key), tool)
-    assert data(answer) == {"type": "idempotency_key_invalid", "idempotencyKey": echo}
+    assert data(answer) == {
+        "type": "idempotency_key_invalid",
+        "idempotencyKey": echo,
+        "notProcessed": True,
+    }
     assert answer.error is not None
     assert answer.error["code"] == -32602
     assert tool.calls == 0
@@ -393,7 +402,11 @@ async def test_max_key_length_is_configurable(store: MemoryStore) -> None:
 async def test_non_json_arguments_refused(engine: Engine, arguments: dict[str, Any]) -> None:
     tool = Tool()
     answer = await engine.handle(call("k", arguments), tool)
-    assert data(answer) == {"type": "idempotency_arguments_invalid", "idempotencyKey": "k"}
+    assert data(answer) == {
+        "type": "idempotency_arguments_invalid",
+        "idempotencyKey": "k",
+        "notProcessed": True,
+    }
     assert answer.error is not None
     assert answer.error["code"] == ErrorCodes().idempotency_arguments_invalid
     assert tool.calls == 0
@@ -600,7 +613,11 @@ async def test_subject_wins_over_client_id(engine: Engine) -> None:
 async def test_http_without_auth_fails_closed(engine: Engine, context: CallContext) -> None:
     tool = Tool()
     answer = await engine.handle(call("k", context=context), tool)
-    assert data(answer) == {"type": "idempotency_scope_unavailable", "idempotencyKey": "k"}
+    assert data(answer) == {
+        "type": "idempotency_scope_unavailable",
+        "idempotencyKey": "k",
+        "notProcessed": True,
+    }
     assert answer.error is not None
     assert answer.error["code"] == ErrorCodes().idempotency_scope_unavailable
     assert tool.calls == 0
@@ -713,7 +730,11 @@ async def test_custom_scope_failures_refuse_and_do_not_run(
 ) -> None:
     tool = Tool()
     answer = await engine.handle(call("k", policy=Policy.of(scope=strategy)), tool)
-    assert data(answer) == {"type": "idempotency_scope_unavailable", "idempotencyKey": "k"}
+    assert data(answer) == {
+        "type": "idempotency_scope_unavailable",
+        "idempotencyKey": "k",
+        "notProcessed": True,
+    }
     assert tool.calls == 0
 
 
@@ -887,7 +908,11 @@ async def test_store_full_refuses_and_does_not_run(clock: Clock) -> None:
     tool = Tool()
     assert await engine.handle(call("a"), tool) == ok("run 1")
     full = await engine.handle(call("b"), tool)
-    assert data(full) == {"type": "idempotency_store_full", "idempotencyKey": "b"}
+    assert data(full) == {
+        "type": "idempotency_store_full",
+        "idempotencyKey": "b",
+        "notProcessed": True,
+    }
     assert full.error is not None
     assert full.error["code"] == ErrorCodes().idempotency_store_full
     assert tool.calls == 1
@@ -907,7 +932,11 @@ async def test_store_unavailable_refuses_and_does_not_run(store: MemoryStore) ->
     engine = Engine(ClaimFails(store), registry=Registry())
     tool = Tool()
     answer = await engine.handle(call("k"), tool)
-    assert data(answer) == {"type": "idempotency_store_unavailable", "idempotencyKey": "k"}
+    assert data(answer) == {
+        "type": "idempotency_store_unavailable",
+        "idempotencyKey": "k",
+        "notProcessed": True,
+    }
     assert answer.error is not None
     assert answer.error["code"] == ErrorCodes().idempotency_store_unavailable
     assert tool.calls == 0
@@ -925,7 +954,11 @@ class ClaimRefusedByStore(Wrap):
 async def test_store_refusal_echoes_the_clients_key(store: MemoryStore) -> None:
     engine = Engine(ClaimRefusedByStore(store), registry=Registry())
     answer = await engine.handle(call("k-echo"), Tool())
-    assert data(answer) == {"type": "idempotency_store_unavailable", "idempotencyKey": "k-echo"}
+    assert data(answer) == {
+        "type": "idempotency_store_unavailable",
+        "idempotencyKey": "k-echo",
+        "notProcessed": True,
+    }
 
 
 class CompleteFails(Wrap):
@@ -1233,7 +1266,10 @@ async def test_failed_commit_is_store_unavailable_and_releases(store: MemoryStor
     engine = Engine(tx, registry=Registry())
     tool = Tool()
     answer = await engine.handle(call("k", policy=TX_POLICY), tool)
-    assert data(answer) == {"type": "idempotency_store_unavailable", "idempotencyKey": "k"}
+    assert data(answer) == {
+        "type": "idempotency_store_unavailable",
+        "idempotencyKey": "k",
+    }  # the tool ran: no notProcessed
     assert tx.events[:3] == ["enter", "complete", "commit"]
     assert "release" in tx.events[3:]
     assert engine.stats.record_failures == 1

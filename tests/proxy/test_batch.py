@@ -126,6 +126,7 @@ def test_upstream_death_inside_a_batch_is_recorded_and_never_runs_twice(tmp_path
         lost = batch_line(s, entries)
         assert [m["id"] for m in lost] == [1, 2]
         assert lost[0]["error"]["data"]["type"] == "upstream_unavailable"  # never answered
+        assert "notProcessed" not in lost[0]["error"]["data"]  # it was sent: it may have run
         assert lost[1]["error"]["data"] == {
             "type": "idempotency_outcome_unknown",
             "idempotencyKey": "k-bd",
@@ -214,6 +215,7 @@ def test_an_http_batch_the_upstream_never_got_is_not_recorded(tmp_path: Path) ->
         down = post_batch(url, entries).json()  # no upstream listening: nothing was sent
         assert [m["id"] for m in down] == [1, 2]
         assert [m["error"]["data"]["type"] for m in down] == ["upstream_unavailable"] * 2
+        assert [m["error"]["data"].get("notProcessed") for m in down] == [True, True]
         with process(raw_upstream(log, up), up):  # back: the keyed call runs now, once
             first = post_batch(url, entries).json()
             assert text(first[0])["executions"] == 1

@@ -318,7 +318,10 @@ def test_authorize_rules_gate_every_call_of_the_tool(issuer: Any) -> None:  # no
         for token in (reader, issuer("alice", aud="calendar-api", scope="payments:write"), None):
             refused = post(url, call(1, "record", label="plain"), token)
             assert refused.status_code == 200
-            assert refused.json()["error"]["data"] == {"type": "idempotency_unauthorized"}
+            assert refused.json()["error"]["data"] == {
+                "type": "idempotency_unauthorized",
+                "notProcessed": True,
+            }
             keyed = post(url, call(2, "record", "k-r", label="keyed"), token).json()
             assert keyed["error"]["data"]["type"] == "idempotency_unauthorized"
             batch = post(url, [call(3, "echo", label="b"), call(4, "record", label="b")], token)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..checks import PREREQUISITE, CheckInfo, Scenario, _scenario
-from . import arguments, concurrency, conflict_record, keys, outcomes
+from . import arguments, concurrency, conflict_record, keys, not_processed, outcomes
 
 __all__ = ["FAMILIES", "family_of", "register"]
 
@@ -30,6 +30,7 @@ FAMILIES: dict[str, str] = {
     "shared-store": "every instance sees every record",
     "retention": "records outlive the documented window and other callers' keys",
     "concurrency": "identical keyed calls arriving at the same instant run once",
+    "not-processed": "refusals say data.notProcessed truthfully (beyond SEP-3182: INFO)",
     "base": "error codes of the base specification",
 }
 
@@ -64,7 +65,7 @@ _EXISTING: dict[str, str] = {
     "key_not_a_string": "keys",
     "error_object": "base",
 }
-_MODULES = (arguments, conflict_record, keys, outcomes, concurrency)
+_MODULES = (arguments, conflict_record, keys, outcomes, concurrency, not_processed)
 
 
 def family_of(scenario: Scenario) -> str:
