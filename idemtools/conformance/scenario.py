@@ -20,7 +20,7 @@ from .contract import COUNT, FIXTURE_TOOLS, executions_of
 from .defaults import default_differences, without_defaults
 from .jsonvalues import strict_equal
 from .report import Report, Result, Status
-from .sentences import CHECKS
+from .sentences import CHECKS  # one table: the catalogue adds the families' checks in place
 from .wire import LEGACY, MODERN, RAW_TEXT, Raw, Wire, WireError, encode
 
 __all__ = [
