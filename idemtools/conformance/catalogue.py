@@ -1,9 +1,10 @@
 """Every check and scenario of the kit, in the order a run takes them.
 
-`checks` holds the context, the wire helpers and the checks of the SEP's own scenarios;
-`unfixtured` the checks that need no fixture tool (a target the operator did not write);
-`families` the checks derived rule by rule, one module per family. Each of those reads `checks`;
-this module alone puts them together, so that none of them imports another's face.
+`checks` puts the SEP's own scenarios (`sep/`) in order, with the table of what each check
+tests (`sentences`); `unfixtured` holds the checks that need no fixture tool (a target the
+operator did not write); `families` the checks derived rule by rule, one module per family.
+Each of those reads the machinery in `scenario` and the sentences in `sentences`; this module
+alone puts them together, so that none of them imports another's face.
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .catalogue import SCENARIOS
-from .checks import Context, OpenError, Outcome, Outcomes, Scenario, WireOpener, record
 from .contract import FIXTURE_TOOLS
 from .probe import Fixtures, probe
 from .report import Baseline, Report
+from .scenario import Context, OpenError, Outcome, Outcomes, Scenario, WireOpener, record
 from .unfixtured import OMITTABLE
 from .wire import (
     DEFAULT_MAX_MESSAGE,

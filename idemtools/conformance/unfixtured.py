@@ -12,17 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .checks import (
-    Context,
-    Outcome,
-    Outcomes,
-    Reply,
-    Scenario,
-    _cut,
-    _cut_json,
-    replay_outcomes,
-)
 from .contract import RECORD
+from .scenario import Context, Outcome, Outcomes, Reply, Scenario, _cut, _cut_json
+from .sep.replay import replay_outcomes
 from .wire import LEGACY, MODERN, encode
 
 __all__ = ["FIRST", "LAST", "OMITTABLE", "TOOL_OPTION"]

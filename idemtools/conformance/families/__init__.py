@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..checks import PREREQUISITE, CheckInfo, Scenario, _scenario
+from ..scenario import Scenario, _scenario
+from ..sentences import PREREQUISITE, CheckInfo
 from . import arguments, concurrency, conflict_record, keys, not_processed, outcomes
 
 __all__ = ["FAMILIES", "family_of", "register"]

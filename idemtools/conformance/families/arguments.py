@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..checks import _CONFLICT, _EQ, Context, Outcomes, _c, _first
 from ..contract import RECORD
+from ..scenario import Context, Outcomes, _first
+from ..sentences import _CONFLICT, _EQ, _c
 from ..wire import encode
 
 __all__ = ["CHECKS", "SCENARIOS"]

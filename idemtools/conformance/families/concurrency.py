@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..checks import _KEY, _REPEAT, Context, Outcomes, Reply, _c
 from ..contract import RECORD
+from ..scenario import Context, Outcomes, Reply
+from ..sentences import _KEY, _REPEAT, _c
 from ..wire import RAW_TEXT, HttpWire
 
 __all__ = ["CHECKS", "SCENARIOS"]

@@ -8,8 +8,9 @@ result record, an `isError` record and a conflict by tool name.
 
 from __future__ import annotations
 
-from ..checks import _CONFLICT, _REPEAT, _RETURN, Context, Outcomes, Reply, _c
 from ..contract import FAIL, RECORD, RECORD_SLOW
+from ..scenario import Context, Outcomes, Reply
+from ..sentences import _CONFLICT, _REPEAT, _RETURN, _c
 
 __all__ = ["CHECKS", "SCENARIOS"]
 

@@ -7,7 +7,9 @@ servers document), alike but for the last.
 
 from __future__ import annotations
 
-from ..checks import _KEY, Context, Outcomes, _c, _distinct_keys
+from ..scenario import Context, Outcomes
+from ..sentences import _KEY, _c
+from ..sep.keys import _distinct_keys
 
 __all__ = ["CHECKS", "SCENARIOS"]
 

@@ -14,8 +14,9 @@ import asyncio
 import time
 from typing import Any, cast
 
-from ..checks import Context, Outcomes, Reply, _c
 from ..contract import RECORD, RECORD_SLOW, THROW
+from ..scenario import Context, Outcomes, Reply
+from ..sentences import _c
 
 __all__ = ["CHECKS", "SCENARIOS"]
 

@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import checks
-from ..checks import _REPEAT, _RETURN, Context, Outcomes, Reply, _c
 from ..contract import FAIL, RECORD, THROW, throw_count
+from ..scenario import Context, Outcomes, Reply
+from ..sentences import _EQUIVALENT_DONE, _REPEAT, _RETURN, _c
+from ..sep import scope
 
 __all__ = ["CHECKS", "SCENARIOS"]
 
@@ -50,7 +51,7 @@ CHECKS = [
         "replay-large-outcome",
         "MUST",
         _REPEAT,
-        checks._EQUIVALENT_DONE + " " + _RETURN,
+        _EQUIVALENT_DONE + " " + _RETURN,
         "A 64 KiB outcome is replayed whole. At 1 MiB a server may refuse to replay a record it "
         "documents as too large, without running it (a note naming the size); it may not run "
         "it again.",
@@ -171,7 +172,7 @@ async def _every_outcome_after_wait(ctx: Context) -> Outcomes:
 async def retention(ctx: Context) -> Outcomes:
     """The documented window, for the result (the original check) and every kind at once:
     one wait of half the window serves both."""
-    mine, theirs = await asyncio.gather(checks.retention(ctx), _every_outcome_after_wait(ctx))
+    mine, theirs = await asyncio.gather(scope.retention(ctx), _every_outcome_after_wait(ctx))
     return {**mine, **theirs}
 
 
