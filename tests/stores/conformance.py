@@ -640,6 +640,20 @@ class StoreConformance:
         took = await store.claim(SCOPE, "a", FP1, "oa2", self.LEASE, keep_lapsed=keep)
         assert took.claimed and took.lapsed is not None
 
+    async def test_lapsed_claims_count_in_the_quota(self) -> None:
+        # The per-caller quota alone: the bound every store has (Redis and PostgreSQL have
+        # no record count).
+        store = await self.open(max_records_per_scope=1)
+        keep = self.LONG
+        assert (await store.claim(SCOPE, "a", FP1, "oa", self.LEASE, keep_lapsed=keep)).claimed
+        assert (await store.claim(OTHER_SCOPE, "b", FP1, "ob", self.LEASE)).claimed
+        await self.advance(self.LEASE * 1.5)
+        with pytest.raises(QuotaExceededError):  # "a" lapsed, and still counts
+            await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)
+        assert (await store.claim(OTHER_SCOPE, "d", FP1, "od", self.LEASE)).claimed  # no keep
+        took = await store.claim(SCOPE, "a", FP1, "oa2", self.LEASE, keep_lapsed=keep)
+        assert took.claimed and took.lapsed is not None  # the same record: no room needed
+
     # -- time ------------------------------------------------------------------------------
 
     async def test_lease_expiry_makes_key_claimable(self) -> None:
