@@ -182,8 +182,10 @@ if rec then
   local p = redis.call('HMGET', KEYS[1], 'c', 'l')
   redis.call('HSET', KEYS[1], 'pc', p[1] or '-1', 'pl', p[2],
              'pu', now + redis.call('PTTL', KEYS[1]), 'po', o)
-else
-  redis.call('DEL', KEYS[1])  -- what an expired claim may have left
+elseif redis.call('EXISTS', KEYS[1]) == 1 then
+  -- What a claim whose lease ran out this very millisecond left. Only then: any write makes
+  -- Redis skip its out-of-memory check for the rest of the script (HSET below).
+  redis.call('DEL', KEYS[1])
 end
 redis.call('HSET', KEYS[1], 's', 'p', 'f', ARGV[1], 'o', ARGV[2], 'l', now + lease, 'c', now,
            'k', keep)

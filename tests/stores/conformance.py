@@ -193,6 +193,12 @@ class StoreConformance:
             f"remaining {record.remaining} != {expected} ± {self.TOLERANCE}"
         )
 
+    def assert_at_most(self, record: Record, expected: float) -> None:
+        """`remaining` is `expected`, or less by up to a quarter lease: a store on a real
+        clock (Redis, PostgreSQL) is read after sleeps that may overrun, never run short."""
+        low, high = expected - self.LEASE / 4 - self.TOLERANCE, expected + self.TOLERANCE
+        assert low <= record.remaining <= high, f"remaining {record.remaining} not in {low}..{high}"
+
     async def in_progress(self, store: Store, key: str, owner: str, *, scope: str = SCOPE) -> None:
         record = await store.get(scope, key)
         assert record is not None, f"{key!r} should be live"
@@ -554,10 +560,12 @@ class StoreConformance:
         )
         assert record.claimed_at is not None and record.lapsed_at is not None
         assert record.lapsed_at - record.claimed_at == pytest.approx(self.LEASE, abs=self.TOLERANCE)
-        self.assert_remaining(record, keep - self.LEASE / 2)
+        # Real-time stores overslept a little on a loaded machine: only less may be left.
+        self.assert_at_most(record, keep - self.LEASE / 2)
         renewed = await store.get(SCOPE, "renewed")
         assert renewed is not None and renewed.status is Status.LAPSED
-        self.assert_remaining(renewed, keep)  # kept `keep` past the renewed lease's end
+        self.assert_at_most(renewed, keep)  # kept `keep` past the renewed lease's end
+        assert renewed.remaining > record.remaining + self.LEASE / 4
         # The dead owner holds nothing it could renew or release...
         assert await store.renew(SCOPE, "a", "oa", self.LEASE) is False
         assert await store.release(SCOPE, "a", "oa") is False
@@ -631,6 +639,20 @@ class StoreConformance:
         # Taking a lapsed claim over needs no room: it is the same record.
         took = await store.claim(SCOPE, "a", FP1, "oa2", self.LEASE, keep_lapsed=keep)
         assert took.claimed and took.lapsed is not None
+
+    async def test_lapsed_claims_count_in_the_quota(self) -> None:
+        # The per-caller quota alone: the bound every store has (Redis and PostgreSQL have
+        # no record count).
+        store = await self.open(max_records_per_scope=1)
+        keep = self.LONG
+        assert (await store.claim(SCOPE, "a", FP1, "oa", self.LEASE, keep_lapsed=keep)).claimed
+        assert (await store.claim(OTHER_SCOPE, "b", FP1, "ob", self.LEASE)).claimed
+        await self.advance(self.LEASE * 1.5)
+        with pytest.raises(QuotaExceededError):  # "a" lapsed, and still counts
+            await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)
+        assert (await store.claim(OTHER_SCOPE, "d", FP1, "od", self.LEASE)).claimed  # no keep
+        took = await store.claim(SCOPE, "a", FP1, "oa2", self.LEASE, keep_lapsed=keep)
+        assert took.claimed and took.lapsed is not None  # the same record: no room needed
 
     # -- time ------------------------------------------------------------------------------
 
