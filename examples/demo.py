@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import tempfile
 import uuid
@@ -143,7 +144,9 @@ async def scenarios(session: ClientSession) -> None:
 
 
 async def main() -> int:
-    params = StdioServerParameters(command=sys.executable, args=[str(SERVER)])
+    # The whole environment: IDEMTOOLS_STORE and XDG_STATE_HOME reach the server (the SDK passes
+    # only a few variables by default).
+    params = StdioServerParameters(command=sys.executable, args=[str(SERVER)], env=dict(os.environ))
     # The server's own log (tracebacks of the failing charge, request logs) goes to a file.
     log_path = Path(tempfile.gettempdir()) / "idemtools-demo-server.log"
     with log_path.open("w") as errlog:
