@@ -35,6 +35,7 @@ RUN = uuid.uuid4().hex[:12]
 def key(name: str) -> str:
     return f"{name}-{RUN}"
 
+
 once = functools.partial(call_tool, retry=NO_RETRY)  # one attempt: we play the retries by hand
 failures: list[str] = []
 

@@ -27,6 +27,7 @@ def _own_state_home(monkeypatch: pytest.MonkeyPatch) -> None:
     home = os.path.join(_STATE_HOME, str(next(_state_homes)))
     monkeypatch.setenv("XDG_STATE_HOME", home)
 
+
 # Not test modules, so pytest would not rewrite their asserts by itself; registered before any
 # test module imports them (tests/engine uses the store fixtures too).
 pytest.register_assert_rewrite("tests.stores.conformance", "tests.stores.fixtures")

@@ -19,14 +19,24 @@ import hashlib
 import logging
 import os
 import re
+import shlex
+import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from .base import Store
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
-__all__ = ["ENV", "default_store_path", "entry_point", "from_env", "stdio_default_store"]
+__all__ = [
+    "ENV",
+    "default_store_path",
+    "entry_point",
+    "from_env",
+    "proxy_default_store",
+    "stdio_default_store",
+]
 
 ENV = "IDEMTOOLS_STORE"
 """The environment variable naming a server's store as a URL (`from_url`)."""
@@ -95,3 +105,13 @@ def stdio_default_store(server_name: str, entry: str | None = None) -> Store:
         )
         return MemoryStore()
     return SQLiteStore(str(path))
+
+
+def proxy_default_store(command: Sequence[str]) -> Store:
+    """`idemtools proxy` on stdio without `--store`: a file per upstream command (its program
+    resolved on PATH, and its arguments), so two upstreams never share records."""
+    argv = list(command)
+    if argv:
+        found = shutil.which(argv[0])
+        argv[0] = str(Path(found).resolve()) if found else argv[0]
+    return stdio_default_store("idemtools-proxy", shlex.join(argv))
