@@ -53,6 +53,7 @@ from .adapters import SDK2
 from .errors import (
     IdempotencyNotSupportedError,
     InProgressError,
+    OutcomeUnknownError,
     StoreUnavailableError,
     error_from_data,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "NO_RETRY",
     "Advertised",
     "KeyedSession",
+    "OutcomeUnknownError",
     "RetryKeys",
     "RetryPolicy",
     "ToolIdempotency",
@@ -210,6 +212,8 @@ async def call_tool(
             elif isinstance(refused, StoreUnavailableError):
                 last = refused  # the call did not run: safe to try again
             elif refused is not None:  # conflict and the rest: a retry cannot fix them
+                # OutcomeUnknownError among them: whether it ran is unknown for good, and only
+                # the application may decide to act again, under a new key.
                 raise refused from exc
             elif code in _sdk.UNKNOWN_OUTCOME_CODES:
                 last = exc  # the answer was lost, the call may have run: same key again

@@ -85,3 +85,45 @@ async def test_a_retried_tool_call_reaches_a_new_process_and_replays(
     message = await run_graph(await client.get_tools())
     assert "done pay" in str(message.content)
     assert executions(ledger) == expected
+
+
+async def test_outcome_unknown_is_not_resent_by_the_graph_retry(tmp_path: Path) -> None:
+    """The stdio proxy's upstream dies mid-call (`idempotency_outcome_unknown`): the graph's
+    retries of that tool call get the same error unsent (no new session, no second call)."""
+    import os
+
+    from idemtools.client import OutcomeUnknownError
+    from tests.proxy.helpers import proxy_argv, received, upstream_argv
+
+    log = tmp_path / "log"
+    argv = proxy_argv("--store", f"sqlite:///{tmp_path / 'p.db'}", upstream=upstream_argv(log))
+    connections: dict[str, Any] = {
+        "proxy": {
+            "transport": "stdio",
+            "command": argv[0],
+            "args": argv[1:],
+            "env": {**os.environ, "PYTHONPATH": str(ROOT)},
+            "cwd": str(ROOT),
+        }
+    }
+    client = MultiServerMCPClient(connections, tool_interceptors=[KeyedToolCalls(connections)])  # type: ignore[arg-type]
+    tools = await client.get_tools()
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        call = {"name": "die", "args": {"label": "d"}, "id": "call_1", "type": "tool_call"}
+        return {"messages": [AIMessage(content="", tool_calls=[call])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    retry = RetryPolicy(max_attempts=3, initial_interval=0.01, jitter=False, retry_on=Exception)
+    graph.add_node("tools", ToolNode(tools, handle_tool_errors=False), retry_policy=retry)
+    graph.add_edge(START, "agent")
+    graph.add_edge("agent", "tools")
+    graph.add_edge("tools", END)
+    with pytest.raises(OutcomeUnknownError):
+        await graph.compile().ainvoke(
+            {"messages": [("user", "die")]}, config={"configurable": {"thread_id": "t1"}}
+        )
+    methods = [m.get("method") for m in received(log)]
+    assert methods.count("tools/call") == 1
+    assert methods.count("initialize") == 2  # get_tools' session and the one call's
