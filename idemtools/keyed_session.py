@@ -12,8 +12,9 @@ The rule that picks the key (see docs/clients.md):
 - A call whose outcome is *unknown* — a transport error, a timeout, a cancellation, a lost
   connection, the SDK's `-32000` "Connection closed" and `-32800` "Request cancelled" (the
   server's execution carries on behind them), `idempotency_key_in_progress` after the wait
-  below, `idempotency_store_unavailable`, `idempotency_outcome_unknown` — leaves its key behind for `window` seconds (capped by
-  the tool's published retention when `tools/list` carried it). The next call of the same tool
+  below, `idempotency_store_unavailable`, `idempotency_outcome_unknown` — leaves its key
+  behind for `window` seconds (capped by the tool's published retention when `tools/list`
+  carried it). The next call of the same tool
   with equivalent arguments (idemtools' canonical comparison: key order, number spelling and
   `{}`/`None` never matter) reuses that key, so the server replays instead of running again.
 - A *definite* answer — a result, `isError` too, a JSON-RPC error from the tool, every other
