@@ -47,11 +47,11 @@ from ._client_base import (
     advertises_idempotency,
     key_digest,
     new_key,
+    not_supported,
 )
 from ._client_base import sdk as _sdk
 from .adapters import SDK2
 from .errors import (
-    IdempotencyNotSupportedError,
     InProgressError,
     OutcomeUnknownError,
     StoreUnavailableError,
@@ -193,7 +193,7 @@ async def call_tool(
             current = await _session(session, fresh, current)
             fresh = False
             if require_capability and not advertises(current):
-                raise _not_supported(name)
+                raise not_supported(name, current)
             if started is None:
                 started = time.monotonic()
             return await _sdk.send_call(current, name, args, key, policy.timeout)
@@ -236,16 +236,6 @@ async def call_tool(
             await anyio.sleep(delay)
     assert last is not None
     raise last
-
-
-def _not_supported(name: str) -> IdempotencyNotSupportedError:
-    return IdempotencyNotSupportedError(
-        f"refused to call tool {name!r} with an idempotency key: the server does not advertise "
-        "capabilities.tools.idempotency, so it ignores the key and a retry may run the tool "
-        "twice. Install idemtools on the server (idemtools.install(server)), or pass "
-        "require_capability=False to call it anyway without that guarantee",
-        tool=name,
-    )
 
 
 # -- per-tool metadata (opt-in on the server: install(..., advertise_tool_metadata=True)) ------

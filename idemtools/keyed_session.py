@@ -58,9 +58,9 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 
-from ._client_base import ToolIdempotency, advertises, new_key, sdk
+from ._client_base import ToolIdempotency, advertises, new_key, not_supported, sdk
 from .canonical import CanonicalizationError, fingerprint
-from .errors import IdempotencyNotSupportedError, OutcomeUnknownError, error_from_data
+from .errors import OutcomeUnknownError, error_from_data
 
 __all__ = [
     "DEFAULT_IN_PROGRESS_WAIT",
@@ -458,7 +458,7 @@ class KeyedSession:
                 raise op.settled  # a retry loop's next attempt: the answer will not change
             target = _client_session(self.wrapped)  # a FastMCP Client raises when disconnected
             if self.require_capability and not advertises(target):
-                raise _not_supported(name)
+                raise not_supported(name, target)
             _intercept(target)
             deadline = time.monotonic() + self.in_progress_wait
             while True:
@@ -503,13 +503,3 @@ def _outcome_unknown(exc: BaseException) -> OutcomeUnknownError | None:
     message = getattr(getattr(exc, "error", None), "message", None) or str(exc)
     found = error_from_data(str(message), rpc[1])
     return found if isinstance(found, OutcomeUnknownError) else None
-
-
-def _not_supported(name: str) -> IdempotencyNotSupportedError:
-    return IdempotencyNotSupportedError(
-        f"refused to call tool {name!r} with an idempotency key: the server does not advertise "
-        "capabilities.tools.idempotency, so it ignores the key and a retry may run the tool "
-        "twice. Install idemtools on the server (idemtools.install(server)), or pass "
-        "require_capability=False to call it anyway without that guarantee",
-        tool=name,
-    )
