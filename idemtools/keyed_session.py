@@ -366,6 +366,10 @@ class KeyedSession:
             not advertise `capabilities.tools.idempotency`: it ignores keys, and a retry may run
             the tool twice. False calls it anyway.
         in_progress_wait: seconds, in all, to wait out `idempotency_key_in_progress`.
+
+    One wrapper per end user: shared by several users on one credential, it would lend one
+    user's unknown-outcome key to another's equal call, who would then get the first user's
+    recorded answer. Wrap per user, or pass a `key_for` whose keys include the user.
     """
 
     def __init__(
