@@ -171,6 +171,12 @@ _ERRORS: dict[str, tuple[str, str]] = {
         "a small marker was kept instead, so it never runs again under this key.",
         "Do not retry with this key: the operation already happened.",
     ),
+    "idempotency_outcome_unknown": (
+        "The call may have run, but it ended without its outcome being recorded (the server, "
+        "or the proxy's upstream, died during it): whether it took effect is unknown.",
+        "Do not retry with this key (a retry gets this same answer): check whether the "
+        "operation happened, then act again, if at all, with a new key.",
+    ),
 }
 
 
