@@ -63,6 +63,8 @@ def executions(ledger: Path) -> int:
 def test_a_fresh_process_per_attempt_runs_the_tool_once(
     tmp_path: Path, store: str | None, expected: int
 ) -> None:
+    """A host that restarts the server between a call and its retry, or starts one per call
+    (langchain-mcp-adapters): the retry reaches a new process and replays."""
     ledger = tmp_path / "ledger"
     env = server_env(store)
 
