@@ -21,6 +21,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from idemtools.client import NO_RETRY, call_tool
+from idemtools.scope_fit import Serving
 from idemtools.stores.default import default_store_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,3 +115,48 @@ def test_an_unwritable_state_directory_starts_on_memory_with_one_warning(tmp_pat
     assert warnings[0].startswith("WARNING")
     assert str(blocker / "state" / "idemtools") in warnings[0]
     assert "NotADirectoryError" in warnings[0] or "FileExistsError" in warnings[0]
+
+
+def _server() -> Any:
+    from tests.e2e.harness import _Server
+
+    return _Server("in-process")
+
+
+def test_off_stdio_the_default_stays_memory_and_the_environment_opts_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import idemtools
+    from idemtools.stores import MemoryStore, SQLiteStore
+
+    monkeypatch.delenv("IDEMTOOLS_STORE", raising=False)
+    http = _server()
+    installation = idemtools.install(http)
+    http.streamable_http_app()  # HTTP: the process lives as long as its records must
+    assert isinstance(installation.store, MemoryStore)
+    assert not list(Path(os.environ["XDG_STATE_HOME"]).rglob("*.db"))
+
+    monkeypatch.setenv("IDEMTOOLS_STORE", f"sqlite:///{os.environ['XDG_STATE_HOME']}/own.db")
+    assert isinstance(idemtools.install(_server()).store, SQLiteStore)  # named: used as is
+
+
+async def test_the_in_memory_transport_fixes_memory_before_the_first_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import idemtools
+    from idemtools.stores import MemoryStore
+
+    from .lossy import Loss, lossy_session
+
+    monkeypatch.delenv("IDEMTOOLS_STORE", raising=False)
+    server = _server()
+
+    @server.tool()
+    def ping() -> str:
+        return "pong"
+
+    installation = idemtools.install(server)
+    async with lossy_session(server, Loss(drop=0)) as session:
+        await call_tool(session, "ping", {}, idempotency_key="k", retry=NO_RETRY)
+    installation.note_serving(Serving("stdio"))
+    assert isinstance(installation.store, MemoryStore)  # served already: never swapped
