@@ -60,9 +60,8 @@ async def run_graph(tools: list[Any]) -> Any:
     graph.add_edge(START, "agent")
     graph.add_edge("agent", "tools")
     graph.add_edge("tools", END)
-    state = await graph.compile().ainvoke(
-        {"messages": [("user", "pay")]}, config={"configurable": {"thread_id": "t1"}}
-    )
+    inputs: Any = {"messages": [("user", "pay")]}
+    state = await graph.compile().ainvoke(inputs, config={"configurable": {"thread_id": "t1"}})
     return state["messages"][-1]
 
 
@@ -120,10 +119,9 @@ async def test_outcome_unknown_is_not_resent_by_the_graph_retry(tmp_path: Path) 
     graph.add_edge(START, "agent")
     graph.add_edge("agent", "tools")
     graph.add_edge("tools", END)
+    inputs: Any = {"messages": [("user", "die")]}
     with pytest.raises(OutcomeUnknownError):
-        await graph.compile().ainvoke(
-            {"messages": [("user", "die")]}, config={"configurable": {"thread_id": "t1"}}
-        )
+        await graph.compile().ainvoke(inputs, config={"configurable": {"thread_id": "t1"}})
     methods = [m.get("method") for m in received(log)]
     assert methods.count("tools/call") == 1
     assert methods.count("initialize") == 2  # get_tools' session and the one call's
