@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,15 @@ from idemtools.client import NO_RETRY, advertises_idempotency, call_tool
 from idemtools.errors import ConflictError, InProgressError
 
 SERVER = Path(__file__).with_name("payments_server.py")
+# A key names one logical call: a new run makes new calls. On stdio the server keeps its records
+# on disk across its processes, so a key reused by the next run would replay this run's answers.
+RUN = uuid.uuid4().hex[:12]
+
+
+def key(name: str) -> str:
+    return f"{name}-{RUN}"
+
+
 once = functools.partial(call_tool, retry=NO_RETRY)  # one attempt: we play the retries by hand
 failures: list[str] = []
 
@@ -63,10 +74,10 @@ async def scenarios(session: ClientSession) -> None:
     print("2. a retry WITH the same idempotencyKey charges once and replays the answer")
     before = await charges(session)
     first = await call_tool(
-        session, "charge", {"amount": 4200}, idempotency_key="k-2", retry=NO_RETRY
+        session, "charge", {"amount": 4200}, idempotency_key=key("k-2"), retry=NO_RETRY
     )
     again = await call_tool(
-        session, "charge", {"amount": 4200}, idempotency_key="k-2", retry=NO_RETRY
+        session, "charge", {"amount": 4200}, idempotency_key=key("k-2"), retry=NO_RETRY
     )
     print(f"      first: {text(first)!r}\n      retry: {text(again)!r}")
     check(await charges(session) - before == 1, "one execution")
@@ -74,7 +85,7 @@ async def scenarios(session: ClientSession) -> None:
 
     print("3. the same key with other arguments is refused (idempotency_key_conflict)")
     try:
-        await once(session, "charge", {"amount": 9999}, idempotency_key="k-2")
+        await once(session, "charge", {"amount": 9999}, idempotency_key=key("k-2"))
         check(False, "conflict refused")
     except ConflictError as exc:
         print(f"      error.data.type = {exc.type}: {exc.message}")
@@ -82,8 +93,8 @@ async def scenarios(session: ClientSession) -> None:
 
     print("4. arguments compare as parsed JSON: 7 and 7.0 are the same request")
     before = await charges(session)
-    a = await once(session, "charge", {"amount": 7}, idempotency_key="k-4")
-    b = await once(session, "charge", {"amount": 7.0}, idempotency_key="k-4")
+    a = await once(session, "charge", {"amount": 7}, idempotency_key=key("k-4"))
+    b = await once(session, "charge", {"amount": 7.0}, idempotency_key=key("k-4"))
     check(await charges(session) - before == 1 and wire(a) == wire(b), "7.0 replayed 7")
 
     print("5. a duplicate that arrives while the original still runs is refused at once")
@@ -94,7 +105,7 @@ async def scenarios(session: ClientSession) -> None:
             session,
             "slow_transfer",
             {"amount": 50, "seconds": 1.5},
-            idempotency_key="k-5",
+            idempotency_key=key("k-5"),
             retry=NO_RETRY,
         )
 
@@ -106,7 +117,7 @@ async def scenarios(session: ClientSession) -> None:
                 session,
                 "slow_transfer",
                 {"amount": 50, "seconds": 1.5},
-                idempotency_key="k-5",
+                idempotency_key=key("k-5"),
                 retry=NO_RETRY,
             )
             check(False, "in-progress refusal")
@@ -114,14 +125,14 @@ async def scenarios(session: ClientSession) -> None:
             print(f"      error.data = in_progress, retryAfterMs={exc.retry_after_ms}")
             check(exc.retry_after_ms > 0, "in_progress at once, with retryAfterMs")
     later = await call_tool(
-        session, "slow_transfer", {"amount": 50, "seconds": 1.5}, idempotency_key="k-5"
+        session, "slow_transfer", {"amount": 50, "seconds": 1.5}, idempotency_key=key("k-5")
     )
     check(wire(later) == wire(answers["first"]), "after it finished, the retry got its answer")
 
     print("6. errors are replayed too: a failed charge is not re-run by its retry")
     before = await charges(session)
-    bad = await once(session, "charge", {"amount": -1}, idempotency_key="k-6")
-    bad2 = await once(session, "charge", {"amount": -1}, idempotency_key="k-6")
+    bad = await once(session, "charge", {"amount": -1}, idempotency_key=key("k-6"))
+    bad2 = await once(session, "charge", {"amount": -1}, idempotency_key=key("k-6"))
     print(f"      isError={wire(bad).get('isError')}: {text(bad)!r}")
     check(wire(bad).get("isError") is True and wire(bad) == wire(bad2), "isError replayed as is")
     check(await charges(session) == before, "no charge recorded")
@@ -134,7 +145,9 @@ async def scenarios(session: ClientSession) -> None:
 
 
 async def main() -> int:
-    params = StdioServerParameters(command=sys.executable, args=[str(SERVER)])
+    # The whole environment: IDEMTOOLS_STORE and XDG_STATE_HOME reach the server (the SDK passes
+    # only a few variables by default).
+    params = StdioServerParameters(command=sys.executable, args=[str(SERVER)], env=dict(os.environ))
     # The server's own log (tracebacks of the failing charge, request logs) goes to a file.
     log_path = Path(tempfile.gettempdir()) / "idemtools-demo-server.log"
     with log_path.open("w") as errlog:

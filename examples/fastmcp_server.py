@@ -10,14 +10,15 @@ servers keep their own policies. Over HTTP, send `Authorization: Bearer demo-<yo
 FastMCP's `auth=` validates it and idemtools scopes records per caller, so two callers
 reusing one key never see each other's results.
 
-Store: the embedded MemoryStore unless IDEMTOOLS_STORE names another, e.g.
-`sqlite:///tmp/pay.db` or `redis://127.0.0.1:6379/0` (several instances must share one).
+Store: the one IDEMTOOLS_STORE names, e.g. `sqlite:///tmp/pay.db` or `redis://127.0.0.1:6379/0`
+(several instances must share one); without it the default for the transport: on stdio a SQLite
+file in the user's state directory (a host may start a new server process for a retry), on HTTP
+the in-memory store. `IDEMTOOLS_STORE=memory://` keeps stdio in memory.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from datetime import timedelta
 
 from fastmcp import FastMCP
@@ -25,7 +26,6 @@ from fastmcp.server.auth import AccessToken, TokenVerifier
 from fastmcp.server.middleware.caching import ResponseCachingMiddleware
 
 from idemtools import idempotent, install
-from idemtools.stores import from_url
 
 
 class DemoTokens(TokenVerifier):
@@ -93,7 +93,7 @@ def create_label(order: str) -> str:
 
 server.mount(shipping, namespace="shipping")
 
-installation = install(server, store=from_url(os.environ.get("IDEMTOOLS_STORE", "memory://")))
+installation = install(server)  # the store: IDEMTOOLS_STORE, else the default for the transport
 
 
 def main() -> None:

@@ -5,8 +5,10 @@
     python examples/payments_server.py --http 8765 --stateless
     python examples/payments_server.py --conformance        # plus the conformance fixture tools
 
-Store: the embedded MemoryStore unless IDEMTOOLS_STORE names another, e.g.
-`sqlite:///tmp/pay.db` or `redis://127.0.0.1:6379/0` (several instances must share one).
+Store: the one IDEMTOOLS_STORE names, e.g. `sqlite:///tmp/pay.db` or `redis://127.0.0.1:6379/0`
+(several instances must share one); without it the default for the transport: on stdio a SQLite
+file in the user's state directory (a host may start a new server process for a retry), on HTTP
+the in-memory store. `IDEMTOOLS_STORE=memory://` keeps stdio in memory.
 Over HTTP, send `Authorization: Bearer demo-<your name>`: records are scoped per caller.
 
 It runs on whichever mcp line is installed: `MCPServer` on 2.x, `FastMCP` on 1.x.
@@ -15,7 +17,6 @@ It runs on whichever mcp line is installed: `MCPServer` on 2.x, `FastMCP` on 1.x
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from datetime import timedelta
@@ -27,7 +28,6 @@ from mcp.server.auth.settings import AuthSettings
 
 from idemtools import idempotent, install, shared
 from idemtools.conformance import add_fixture_tools
-from idemtools.stores import from_url
 
 try:  # mcp 2.x
     from mcp.server.mcpserver import MCPServer as Server  # type: ignore[import-not-found,unused-ignore]
@@ -106,7 +106,7 @@ async def ledger() -> dict[str, Any]:
     return {"charges": len(LEDGER), "total": sum(entry["amount"] for entry in LEDGER)}
 
 
-installation = install(server, store=from_url(os.environ.get("IDEMTOOLS_STORE", "memory://")))
+installation = install(server)  # the store: IDEMTOOLS_STORE, else the default for the transport
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -104,13 +104,22 @@ class Bridged:
 
 
 def resolve(
-    policy: Any, name: str, sep_key: object, arguments: Mapping[str, Any] | None
+    policy: Any,
+    name: str,
+    sep_key: object,
+    arguments: Mapping[str, Any] | None,
+    values: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
 ) -> Bridged:
     """The key, its source and the arguments of one call to tool `name` under `policy`.
 
     `sep_key` is the top-level `idempotencyKey` (None: absent or null). The SEP field always
     wins; a bridge supplies a key only when it is absent. A null key argument is an absent
     one, as a null `idempotencyKey` is.
+
+    `values(arguments)`: the values the SDK's own validation gives the tool (a decorated
+    tool's); a derived key comes from them, so spellings the tool cannot tell apart derive one
+    key. Arguments it refuses get no key: the SDK then refuses the call itself, which runs
+    nothing and records nothing. None (a low-level handler): derived from the arguments as sent.
     """
     argument = getattr(policy, "key_argument", None)
     if argument is not None:
@@ -135,7 +144,13 @@ def resolve(
     if not isinstance(arguments, Mapping) or any(n not in arguments for n in names):
         # An operation named by these arguments is not identified without all of them.
         return Bridged(None, SEP, arguments, arguments, False)
-    return Bridged(derived_key(name, names, arguments), DERIVED, arguments, arguments, False)
+    named: Mapping[str, Any] = arguments
+    if values is not None:
+        try:
+            named = values(arguments)
+        except Exception:  # the SDK's validation refuses them: it answers, nothing runs
+            return Bridged(None, SEP, arguments, arguments, False)
+    return Bridged(derived_key(name, names, named), DERIVED, arguments, arguments, False)
 
 
 def note(name: str, policy: Any) -> None:

@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
+import atexit
+import itertools
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+# A stdio server with no store keeps its records in the user's state directory: never the real
+# one from tests (nor from the servers they start), and never one test's records in another's.
+_STATE_HOME = tempfile.mkdtemp(prefix="idemtools-test-state-")
+atexit.register(shutil.rmtree, _STATE_HOME, True)
+os.environ["XDG_STATE_HOME"] = _STATE_HOME
+_state_homes = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _own_state_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test gets its own state directory (a fresh one below the session's)."""
+    home = os.path.join(_STATE_HOME, str(next(_state_homes)))
+    monkeypatch.setenv("XDG_STATE_HOME", home)
+
 
 # Not test modules, so pytest would not rewrite their asserts by itself; registered before any
 # test module imports them (tests/engine uses the store fixtures too).

@@ -1,6 +1,7 @@
 """FastMCP 4.x's Client, keyed: results, .data and ToolError exactly as from Client.call_tool."""
 
 import sys
+from pathlib import Path
 
 import anyio
 from fastmcp import Client
@@ -8,7 +9,8 @@ from fastmcp.client.transports import StdioTransport
 
 from idemtools.integrations.fastmcp import KeyedClient
 
-SERVER = [sys.executable, "examples/payments_server.py"]
+# Found from this file, so the example runs from any working directory.
+SERVER = [sys.executable, str(Path(__file__).resolve().parents[1] / "payments_server.py")]
 
 
 async def main(server: list[str] = SERVER) -> str:

@@ -1,6 +1,7 @@
 """KeyedSession: an mcp ClientSession (1.x or 2.x) whose call_tool sends idempotencyKey."""
 
 import sys
+from pathlib import Path
 
 import anyio
 from mcp import ClientSession
@@ -8,7 +9,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from idemtools.client import KeyedSession
 
-SERVER = [sys.executable, "examples/payments_server.py"]
+# Found from this file, so the example runs from any working directory.
+SERVER = [sys.executable, str(Path(__file__).resolve().parents[1] / "payments_server.py")]
 
 
 async def main(server: list[str] = SERVER) -> str:
@@ -18,7 +20,8 @@ async def main(server: list[str] = SERVER) -> str:
         keyed = KeyedSession(session)  # use it wherever the session was used
         for attempt in range(3):  # any retry loop: yours, a framework's, a model's
             try:
-                result = await keyed.call_tool("charge", {"amount": 4200})
+                with anyio.fail_after(30):  # a lost answer must end in a timeout, not a hang
+                    result = await keyed.call_tool("charge", {"amount": 4200})
                 break
             except Exception:  # a timeout or lost connection: the same call again is safe
                 if attempt == 2:

@@ -1,17 +1,28 @@
 """LangChain / LangGraph (langchain-mcp-adapters, mcp 1.x): one key per LangGraph tool call."""
 
 import sys
+from datetime import timedelta
+from pathlib import Path
 
 import anyio
 from langchain_mcp_adapters.client import MultiServerMCPClient
 
 from idemtools.integrations.langchain import KeyedToolCalls
 
-SERVER = [sys.executable, "examples/payments_server.py"]
+# Found from this file, so the example runs from any working directory.
+SERVER = [sys.executable, str(Path(__file__).resolve().parents[1] / "payments_server.py")]
 
 
 async def main(server: list[str] = SERVER) -> str:
-    connections = {"payments": {"transport": "stdio", "command": server[0], "args": server[1:]}}
+    connections = {
+        "payments": {
+            "transport": "stdio",
+            "command": server[0],
+            "args": server[1:],
+            # A lost answer ends in a timeout (retried with the same key), not a hang.
+            "session_kwargs": {"read_timeout_seconds": timedelta(seconds=30)},
+        }
+    }
     client = MultiServerMCPClient(
         connections,  # type: ignore[arg-type]
         tool_interceptors=[KeyedToolCalls(connections)],  # the same connections

@@ -1,6 +1,7 @@
 """OpenAI Agents SDK: one key per MCPServer.call_tool, sent by each of its retries."""
 
 import sys
+from pathlib import Path
 
 import anyio
 from agents import Agent
@@ -8,7 +9,8 @@ from agents.mcp import MCPServerStdio
 
 from idemtools.integrations.openai_agents import keyed
 
-SERVER = [sys.executable, "examples/payments_server.py"]
+# Found from this file, so the example runs from any working directory.
+SERVER = [sys.executable, str(Path(__file__).resolve().parents[1] / "payments_server.py")]
 
 
 async def main(server: list[str] = SERVER) -> str:

@@ -1,6 +1,7 @@
 """pydantic-ai: an MCPToolset whose tool calls send keys (a ModelRetry's equal call reuses it)."""
 
 import sys
+from pathlib import Path
 
 import anyio
 from fastmcp import Client
@@ -9,7 +10,8 @@ from pydantic_ai import Agent
 
 from idemtools.integrations.pydantic_ai import KeyedMCPToolset
 
-SERVER = [sys.executable, "examples/payments_server.py"]
+# Found from this file, so the example runs from any working directory.
+SERVER = [sys.executable, str(Path(__file__).resolve().parents[1] / "payments_server.py")]
 
 
 async def main(server: list[str] = SERVER) -> str:

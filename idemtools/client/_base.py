@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._sdk import SDK2
+from ..errors import IdempotencyNotSupportedError
 from ..policy import TOOL_META_KEY
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "advertises_idempotency",
     "key_digest",
     "new_key",
+    "not_supported",
     "sdk",
 ]
 
@@ -49,6 +51,29 @@ def key_digest(key: str) -> str:
 def advertises(session: Any) -> bool:
     """The capability, read synchronously (for idemtools' own callers)."""
     return sdk.advertises(getattr(session, "session", session) if SDK2 else session)
+
+
+def not_supported(name: str, session: Any) -> IdempotencyNotSupportedError:
+    """The refusal of a keyed call to a session without the capability, saying exactly why."""
+    target = getattr(session, "session", session) if SDK2 else session
+    if sdk.connected_unobserved(target):
+        return IdempotencyNotSupportedError(
+            f"refused to call tool {name!r} with an idempotency key: this session connected "
+            "before idemtools.client was imported, and the mcp SDK dropped "
+            "capabilities.tools.idempotency from the server's initialize answer (its "
+            "ToolsCapability has no such field; idemtools keeps it only for sessions that "
+            "connect after the import). Whether the server advertises it cannot be known from "
+            "this session: import idemtools.client before connecting (at the top of the "
+            "module), or connect a new session",
+            tool=name,
+        )
+    return IdempotencyNotSupportedError(
+        f"refused to call tool {name!r} with an idempotency key: the server does not advertise "
+        "capabilities.tools.idempotency, so it ignores the key and a retry may run the tool "
+        "twice. Install idemtools on the server (idemtools.install(server)), or pass "
+        "require_capability=False to call it anyway without that guarantee",
+        tool=name,
+    )
 
 
 class Advertised:

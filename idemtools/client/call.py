@@ -15,8 +15,8 @@ import anyio
 
 from .._sdk import SDK2
 from ..errors import (
-    IdempotencyNotSupportedError,
     InProgressError,
+    OutcomeUnknownError,
     StoreUnavailableError,
     error_from_data,
 )
@@ -27,6 +27,7 @@ from ._base import (
     advertises_idempotency,
     key_digest,
     new_key,
+    not_supported,
 )
 from ._base import sdk as _sdk
 from .keyed_session import KeyedSession, RetryKeys
@@ -35,6 +36,7 @@ __all__ = [
     "NO_RETRY",
     "Advertised",
     "KeyedSession",
+    "OutcomeUnknownError",
     "RetryKeys",
     "RetryPolicy",
     "ToolIdempotency",
@@ -164,7 +166,7 @@ async def call_tool(
             current = await _session(session, fresh, current)
             fresh = False
             if require_capability and not advertises(current):
-                raise _not_supported(name)
+                raise not_supported(name, current)
             if started is None:
                 started = time.monotonic()
             return await _sdk.send_call(current, name, args, key, policy.timeout)
@@ -183,6 +185,8 @@ async def call_tool(
             elif isinstance(refused, StoreUnavailableError):
                 last = refused  # the call did not run: safe to try again
             elif refused is not None:  # conflict and the rest: a retry cannot fix them
+                # OutcomeUnknownError among them: whether it ran is unknown for good, and only
+                # the application may decide to act again, under a new key.
                 raise refused from exc
             elif code in _sdk.UNKNOWN_OUTCOME_CODES:
                 last = exc  # the answer was lost, the call may have run: same key again
@@ -205,16 +209,6 @@ async def call_tool(
             await anyio.sleep(delay)
     assert last is not None
     raise last
-
-
-def _not_supported(name: str) -> IdempotencyNotSupportedError:
-    return IdempotencyNotSupportedError(
-        f"refused to call tool {name!r} with an idempotency key: the server does not advertise "
-        "capabilities.tools.idempotency, so it ignores the key and a retry may run the tool "
-        "twice. Install idemtools on the server (idemtools.install(server)), or pass "
-        "require_capability=False to call it anyway without that guarantee",
-        tool=name,
-    )
 
 
 # -- per-tool metadata (opt-in on the server: install(..., advertise_tool_metadata=True)) ------

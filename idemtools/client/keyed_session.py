@@ -12,12 +12,19 @@ The rule that picks the key (see docs/clients.md):
 - A call whose outcome is *unknown* — a transport error, a timeout, a cancellation, a lost
   connection, the SDK's `-32000` "Connection closed" and `-32800` "Request cancelled" (the
   server's execution carries on behind them), `idempotency_key_in_progress` after the wait
-  below, `idempotency_store_unavailable` — leaves its key behind for `window` seconds (capped by
-  the tool's published retention when `tools/list` carried it). The next call of the same tool
+  below, `idempotency_store_unavailable`, `idempotency_outcome_unknown` — leaves its key
+  behind for `window` seconds (capped by the tool's published retention when `tools/list`
+  carried it). The next call of the same tool
   with equivalent arguments (idemtools' canonical comparison: key order, number spelling and
   `{}`/`None` never matter) reuses that key, so the server replays instead of running again.
 - A *definite* answer — a result, `isError` too, a JSON-RPC error from the tool, every other
   idemtools refusal — forgets the key: the next equal call is a new operation with a new key.
+- `idempotency_outcome_unknown` (the server or the proxy's upstream died mid-call: whether the
+  side effect happened is unknown, for good) is raised as `OutcomeUnknownError` and its key is
+  kept like an unknown outcome's, so an equal retry — a framework's retry loop — gets the same
+  answer and runs nothing. Only the application can decide to act again, after checking the
+  effect, with a new key of its own (`idempotency_key=new_key()`). Never resent here; inside
+  an `operation()` a later attempt raises it again without sending.
 - `idempotency_key_in_progress` is waited out inside `call_tool` (its `retryAfterMs`, at most
   `in_progress_wait` seconds in all) with the same key, before anything reaches the caller.
 
@@ -31,6 +38,11 @@ The key is added to the SDK's own `tools/call` request (the session's `send_requ
 calls this wrapper makes only), so everything else the SDK's `call_tool` does — progress, `_meta`,
 output validation, `Mcp-Param-*` headers — is unchanged. Multi-round-trip continuations
 (`input_responses` / `request_state`) carry no key, as the SEP's FAQ says.
+
+One wrapper per end user: a `KeyedSession` shared by several end users on one credential (one
+server-side scope) hands an equal retry's key to whichever user sends the equal call next, so
+one user could be given another's recorded answer. Wrap the session per user, or give
+`key_for=` a key that includes the user.
 """
 
 from __future__ import annotations
@@ -47,8 +59,8 @@ from typing import Any, Literal, TypeVar
 import anyio
 
 from ..canonical import CanonicalizationError, fingerprint
-from ..errors import IdempotencyNotSupportedError
-from ._base import ToolIdempotency, advertises, new_key, sdk
+from ..errors import OutcomeUnknownError, error_from_data
+from ._base import ToolIdempotency, advertises, new_key, not_supported, sdk
 
 __all__ = [
     "DEFAULT_IN_PROGRESS_WAIT",
@@ -77,6 +89,7 @@ KeyFor = Callable[[str, Mapping[str, Any] | None], "str | None"]
 _UNKNOWN_CODES = frozenset({408, -32001, -32800, -32000})
 _UNKNOWN_TYPES = frozenset({"idempotency_key_in_progress", "idempotency_store_unavailable"})
 _IN_PROGRESS = "idempotency_key_in_progress"
+_OUTCOME_UNKNOWN = "idempotency_outcome_unknown"
 _MAX_REMEMBERED = 1024
 
 _Self = TypeVar("_Self", bound="KeyedSession")
@@ -110,8 +123,8 @@ def classify(exc: BaseException, answered: bool = False, sent: bool = True) -> O
         kind = data.get("type") if isinstance(data, dict) else None
         if kind == _IN_PROGRESS:
             return "in_progress"
-        if kind in _UNKNOWN_TYPES:
-            return "unknown"
+        if kind in _UNKNOWN_TYPES or kind == _OUTCOME_UNKNOWN:
+            return "unknown"  # the key is kept: an equal retry gets the same answer
         if isinstance(kind, str) and kind.startswith("idempotency_"):
             return "definite"  # every other idemtools refusal: a retry cannot change it
         return "unknown" if code in _UNKNOWN_CODES and not answered else "definite"
@@ -146,6 +159,8 @@ class _Operation:
     """The last sent attempt's outcome: "unsent" never overwrites what an earlier one left."""
     spans_attempts: bool = False
     """An `operation()`: its attempts record their outcome here, the block files it at the end."""
+    settled: OutcomeUnknownError | None = None
+    """The server answered `idempotency_outcome_unknown`: later attempts raise it unsent."""
 
     def attempted(self, outcome: Outcome) -> None:
         if outcome != "unsent":
@@ -351,6 +366,10 @@ class KeyedSession:
             not advertise `capabilities.tools.idempotency`: it ignores keys, and a retry may run
             the tool twice. False calls it anyway.
         in_progress_wait: seconds, in all, to wait out `idempotency_key_in_progress`.
+
+    One wrapper per end user: shared by several users on one credential, it would lend one
+    user's unknown-outcome key to another's equal call, who would then get the first user's
+    recorded answer. Wrap per user, or pass a `key_for` whose keys include the user.
     """
 
     def __init__(
@@ -439,9 +458,11 @@ class KeyedSession:
         waited out, and the outcome filed (an unknown one keeps `op`'s key for a retry)."""
         outcome: Outcome = "unsent"
         try:  # from here on every exit files the outcome (a reused key survives "unsent")
+            if op is not None and op.settled is not None:
+                raise op.settled  # a retry loop's next attempt: the answer will not change
             target = _client_session(self.wrapped)  # a FastMCP Client raises when disconnected
             if self.require_capability and not advertises(target):
-                raise _not_supported(name)
+                raise not_supported(name, target)
             _intercept(target)
             deadline = time.monotonic() + self.in_progress_wait
             while True:
@@ -455,7 +476,12 @@ class KeyedSession:
                     outcome = classify(exc, answered=sending.answered, sent=sending.sent)
                     remaining = deadline - time.monotonic()
                     if outcome != "in_progress" or remaining <= 0:
-                        raise
+                        unknown = _outcome_unknown(exc)
+                        if unknown is None:
+                            raise
+                        if op is not None and op.spans_attempts:
+                            op.settled = unknown
+                        raise unknown from exc
                     delay = min(_retry_after(exc), remaining)
                 finally:
                     _SENDING.reset(token)
@@ -473,11 +499,11 @@ class KeyedSession:
             self.retry_keys.file(op)
 
 
-def _not_supported(name: str) -> IdempotencyNotSupportedError:
-    return IdempotencyNotSupportedError(
-        f"refused to call tool {name!r} with an idempotency key: the server does not advertise "
-        "capabilities.tools.idempotency, so it ignores the key and a retry may run the tool "
-        "twice. Install idemtools on the server (idemtools.install(server)), or pass "
-        "require_capability=False to call it anyway without that guarantee",
-        tool=name,
-    )
+def _outcome_unknown(exc: BaseException) -> OutcomeUnknownError | None:
+    """The typed error for the server's `idempotency_outcome_unknown` answer (by `data.type`)."""
+    rpc = _rpc_error(exc)
+    if rpc is None or not isinstance(rpc[1], dict) or rpc[1].get("type") != _OUTCOME_UNKNOWN:
+        return None
+    message = getattr(getattr(exc, "error", None), "message", None) or str(exc)
+    found = error_from_data(str(message), rpc[1])
+    return found if isinstance(found, OutcomeUnknownError) else None

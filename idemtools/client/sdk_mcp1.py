@@ -26,6 +26,7 @@ __all__ = [
     "CONNECTION_CLOSED_CODES",
     "UNKNOWN_OUTCOME_CODES",
     "advertises",
+    "connected_unobserved",
     "list_tools_page",
     "observe_capabilities",
     "rpc_error",
@@ -42,6 +43,11 @@ CONNECTION_CLOSED_CODES = frozenset({types.CONNECTION_CLOSED})
 
 def observe_capabilities() -> None:
     """Nothing to do on 1.x: `ServerCapabilities.tools` keeps `idempotency` as an extra."""
+
+
+def connected_unobserved(session: Any) -> bool:
+    """Never on 1.x: the capability is kept whenever the session connected."""
+    return False
 
 
 def advertises(session: Any) -> bool:

@@ -36,6 +36,7 @@ __all__ = [
     "CONNECTION_CLOSED_CODES",
     "UNKNOWN_OUTCOME_CODES",
     "advertises",
+    "connected_unobserved",
     "list_tools_page",
     "observe_capabilities",
     "rpc_error",
@@ -120,6 +121,15 @@ def advertises(session: Any) -> bool:
     if getattr(session, "discover_result", None) is not None:
         return _DISCOVERED.get(session, False)
     return getattr(caps.tools, "idempotency", None) is not None
+
+
+def connected_unobserved(session: Any) -> bool:
+    """The session connected before `observe_capabilities()`: the SDK parsed its `initialize`
+    answer into its own `ToolsCapability`, which dropped `idempotency` for good."""
+    caps = getattr(session, "server_capabilities", None)
+    if caps is None or getattr(session, "discover_result", None) is not None:
+        return False
+    return not isinstance(caps, _ServerCapabilities)
 
 
 # -- the key -------------------------------------------------------------------------------------

@@ -172,11 +172,11 @@ _ERRORS: dict[str, tuple[str, str]] = {
         "Do not retry with this key: the operation already happened.",
     ),
     "idempotency_outcome_unknown": (
-        "The call may have run, and its end was never recorded (the server or its upstream "
-        "stopped mid-call, or the tool ran past its time limit); it is not run again under "
-        "this key.",
-        "Do not retry with this key: check whether the operation took effect, then decide; "
-        "a new key runs it again.",
+        "The call may have run, but it ended without its outcome being recorded (the server, "
+        "or its upstream, stopped during it, or the tool ran past its time limit): whether it "
+        "took effect is unknown.",
+        "Do not retry with this key (a retry gets this same answer): check whether the "
+        "operation happened, then act again, if at all, with a new key.",
     ),
 }
 

@@ -146,6 +146,11 @@ class Engine(Lifecycle):
         # Who hears of each keyed call: telemetry, and the hook's observer only if one is given.
         self._observers = observers_of(self.telemetry, on_outcome)
         self._listening = listening_of(self._observers)
+        self._wire(store)
+        self._init_lifecycle()
+
+    def _wire(self, store: Store) -> None:
+        # How an execution reaches the store, records its outcome and keeps its lease.
         self._calls = StoreCalls(store, self.telemetry, self.stats)
         events = LeaseEvents(self.stats, self.telemetry)
         self.keeper = LeaseKeeper(
@@ -164,7 +169,13 @@ class Engine(Lifecycle):
             if self._calls.transactional
             else self._recording
         )
-        self._init_lifecycle()
+
+    def use_store(self, store: Store) -> None:
+        """Swap the store before the first call: the default one, chosen when the server
+        learns the transport it serves (see `idemtools.stores.default`)."""
+        self.store = store
+        self.telemetry.store_name = store_kind(store)[0]
+        self._wire(store)
 
     # -- decisions ---------------------------------------------------------------------------
 

@@ -24,6 +24,11 @@ How the key is sent: the interceptor opens the session itself (the adapters' own
 `KeyedSession`, instead of the adapters' unkeyed session-per-call. Without `connections` (tools
 loaded from a session you pass, `load_mcp_tools(KeyedSession(session))`), it lets that session
 send the derived key.
+
+`idempotency_outcome_unknown` (the server or a proxy's upstream died mid-call) is raised as
+`OutcomeUnknownError`; a graph's retry of that same tool call gets the same error without
+anything being sent: whether the tool ran is unknown for good, and only the application decides
+to act again (a new tool call, so a new key).
 """
 
 from __future__ import annotations
@@ -42,10 +47,12 @@ from ..client.keyed_session import (
     RetryKeys,
     operation,
 )
+from ..errors import OutcomeUnknownError
 
 __all__ = ["KeyedToolCalls"]
 
 _HTTP = ("sse", "http", "streamable_http", "streamable-http")
+_MAX_SETTLED = 1024
 
 
 def _tool_call_key(runtime: object | None) -> tuple[str, str] | None:
@@ -86,6 +93,9 @@ class KeyedToolCalls:
         self.retry_keys = RetryKeys(window)
         self.require_capability = require_capability
         self.in_progress_wait = in_progress_wait
+        # Tool calls answered `idempotency_outcome_unknown`: a graph's retry of one is answered
+        # with the same error, unsent (only the application decides to act again).
+        self._settled: dict[str, OutcomeUnknownError] = {}
 
     def key_of(self, request: MCPToolCallRequest) -> str | None:
         """The derived key of this request's tool call; None outside a graph (the rule then)."""
@@ -101,6 +111,23 @@ class KeyedToolCalls:
         handler: Callable[[MCPToolCallRequest], Awaitable[Any]],
     ) -> Any:
         key = self.key_of(request)
+        if key is not None and key in self._settled:
+            raise self._settled[key]
+        try:
+            return await self._call(request, handler, key)
+        except OutcomeUnknownError as exc:
+            if key is not None:
+                if len(self._settled) >= _MAX_SETTLED:
+                    del self._settled[next(iter(self._settled))]
+                self._settled[key] = exc
+            raise
+
+    async def _call(
+        self,
+        request: MCPToolCallRequest,
+        handler: Callable[[MCPToolCallRequest], Awaitable[Any]],
+        key: str | None,
+    ) -> Any:
         connection = (self.connections or {}).get(request.server_name)
         if connection is None:
             if self.connections is not None:

@@ -43,8 +43,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--store",
         metavar="URL",
-        help="idempotency store (default memory://; e.g. "
-        "sqlite:///var/lib/proxy.db, redis://127.0.0.1:6379/0)",
+        help="idempotency store (default: on stdio a SQLite file per upstream command in the "
+        "user's state directory, on HTTP memory://; e.g. sqlite:///var/lib/proxy.db, "
+        "redis://127.0.0.1:6379/0)",
     )
     parser.add_argument(
         "--retention", metavar="DURATION", help="default retention: seconds or 90s/15m/24h/7d"

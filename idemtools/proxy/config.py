@@ -90,7 +90,9 @@ class ProxyConfig:
 
     default: Policy = field(default_factory=lambda: Policy(scope=scope_named("subject")))
     rules: tuple[ToolRule, ...] = ()
-    store: str = "memory://"
+    store: str | None = None
+    """A store URL; None: the default for the transport (stdio: a SQLite file per upstream
+    command in the user's state directory, as a stdio server's; HTTP: `memory://`)."""
     forward_key: bool = False
     shutdown_grace: float = 30.0
     allowed_hosts: tuple[str, ...] = ()
@@ -199,8 +201,8 @@ def parse(data: Mapping[str, Any], source: str = "config") -> ProxyConfig:
             raise ConfigError(f'{source}: [tools."{pattern}"] must be a table')
         policy = _policy(table, default, f'{source} [tools."{pattern}"]').with_name(pattern)
         rules.append(ToolRule(pattern, policy, exact=not any(c in pattern for c in "*?[")))
-    store = data.get("store", "memory://")
-    if not isinstance(store, str):
+    store = data.get("store")
+    if store is not None and not isinstance(store, str):
         raise ConfigError(f"{source}: store must be a URL string")
     forward_key = data.get("forward_key", False)
     if not isinstance(forward_key, bool):

@@ -19,7 +19,9 @@ from typing import Any
 from ..docs.model import ServerDoc, document
 from ..engine import Engine
 from ..policy import Registry
-from ..stores import from_url
+from ..stores import SQLiteStore, from_url
+from ..stores.base import Store
+from ..stores.default import default_store_path
 from .config import ProxyConfig
 
 __all__ = ["Listing", "UpstreamError", "describe_proxy", "tools_over_http", "tools_over_stdio"]
@@ -178,11 +180,20 @@ async def tools_over_http(
             raise UpstreamError(f"the upstream at {url} could not be listed: {exc}") from None
 
 
+def _store(config: ProxyConfig, transport: str) -> Store:
+    """The store the page describes: the one the proxy would run on (never opened here)."""
+    if config.store is not None:
+        return from_url(config.store)
+    if transport == "stdio":  # the default on stdio: a SQLite file in the state directory
+        return SQLiteStore(str(default_store_path("idemtools-proxy")))
+    return from_url("memory://")
+
+
 async def describe_proxy(
     config: ProxyConfig, tools: Sequence[Mapping[str, Any]], *, server: str, transport: str
 ) -> ServerDoc:
     """The page's model: each upstream tool with the policy the config gives it."""
-    engine = Engine(from_url(config.store), registry=Registry(), default_policy=config.default)
+    engine = Engine(_store(config, transport), registry=Registry(), default_policy=config.default)
     try:
         rows = []
         for tool in sorted(tools, key=lambda t: str(t.get("name"))):

@@ -300,7 +300,7 @@ class HttpProxy:
             config = confirming(config, CredentialConfirmer(upstream, self.client, confirm_ttl))
         self.config = config
         self.verifier = verifier
-        self.store = from_url(config.store)
+        self.store = from_url(config.store or "memory://")
         self.engine = Engine(self.store, registry=Registry(), default_policy=config.default)
         self.catalog = _CatalogPerCaller()
         self.keyed = KeyedCalls(self.engine, config, self.catalog)

@@ -45,6 +45,7 @@ from ..engine.runtime import start_eagerly
 from ..policy import Registry
 from ..scopes import CallContext
 from ..stores import from_url
+from ..stores.default import proxy_default_store
 from . import jsonread
 from .batch import Batch, Kind, cancel_target, invalid, kind, needs_split
 from .config import ProxyConfig
@@ -317,7 +318,9 @@ class StdioProxy:
     def __init__(self, command: Sequence[str], config: ProxyConfig) -> None:
         self.command = list(command)
         self.config = config
-        self.store = from_url(config.store)
+        self.store = (
+            from_url(config.store) if config.store is not None else proxy_default_store(command)
+        )
         self.engine = Engine(self.store, registry=Registry(), default_policy=config.default)
         self.catalog = ToolCatalog()
         self.keyed = KeyedCalls(self.engine, config, self.catalog)

@@ -128,9 +128,21 @@ class Installation:
     _servings: dict[Serving, bool] = field(default_factory=dict, repr=False)
     """What the server was seen to serve (adapters note it), and whether it was checked."""
 
+    _default_store: bool = field(default=False, repr=False)
+    """No store was named: the default is still open, fixed by the first transport served."""
+
     def note_serving(self, serving: Serving) -> None:
-        """An adapter learned what the server serves; its scopes are checked at start-up."""
+        """An adapter learned what the server serves; its scopes are checked at start-up.
+
+        The first transport served also fixes the default store (before the first call): on
+        stdio a SQLite file in the user's state directory, elsewhere `MemoryStore`."""
         self._servings.setdefault(serving, False)
+        if self._default_store:
+            self._default_store = False
+            if serving.transport == "stdio":
+                from ..stores.default import stdio_default_store
+
+                self.engine.use_store(stdio_default_store(_server_name(self.server)))
 
     async def check_scopes(self, serving: Serving) -> list[str]:
         """Log one WARNING per tool whose scope cannot work on `serving`; return them.
@@ -151,6 +163,7 @@ class Installation:
                 log.warning("idemtools could not check the tools' scopes", exc_info=True)
 
     async def _check_once(self) -> None:
+        self._default_store = False  # served: the store is fixed before the first call
         await self._check_servings()
         if not self._checked:
             self._checked = True
@@ -237,8 +250,11 @@ def install(
     executes a keyed call twice.
 
     Args:
-        store: defaults to a new `MemoryStore` (one process; use Redis or PostgreSQL when the
-            server runs as several instances).
+        store: by default the store `IDEMTOOLS_STORE` names (a URL, see `stores.from_url`);
+            without it, chosen when the server starts serving: on stdio a SQLite file per
+            server in the user's state directory (a host may start a new server process for
+            a retry; see `idemtools.stores.default`), elsewhere a new `MemoryStore` (one
+            process; use Redis or PostgreSQL when the server runs as several instances).
         declare_field: also declare `idempotencyKey` on the SDK's `CallToolRequestParams`
             (typed attribute `idempotency_key`), and check at start-up that a keyed request
             survives the SDK's parse path.
@@ -292,10 +308,15 @@ def install(
             "default_policy has a key bridge (key_argument= / key_from=): bridges are declared "
             "per tool, with @idempotent on each tool that should take one"
         )
+    default_store = False
+    if store is None:
+        from ..stores.default import from_env
+
+        store = from_env()
     if store is None:
         from ..stores.memory import MemoryStore
 
-        store = MemoryStore()
+        store, default_store = MemoryStore(), True  # stdio swaps it when it starts serving
     engine = Engine(
         store,
         registry=registry,
@@ -332,8 +353,14 @@ def install(
     for watch in adapted.watchers:
         watch(installation)
     installation.shutdown_grace = grace
+    installation._default_store = default_store
     setattr(server, _ATTR, installation)
     return installation
+
+
+def _server_name(server: Any) -> str:
+    name = getattr(server, "name", None)
+    return name if isinstance(name, str) and name else type(server).__name__
 
 
 def _checked_grace(grace: object) -> float | None:

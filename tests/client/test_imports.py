@@ -155,14 +155,15 @@ def test_importing_idemtools_client_changes_nothing_a_server_sees() -> None:
 
 
 _PURE_CLIENT = """
-import json, sys
+import json, os, sys
 import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from idemtools.client import KeyedSession, advertises_idempotency
 
 async def main():
-    server = StdioServerParameters(command=sys.executable, args=[{server!r}])
+    # The whole environment: the server's default store lives under XDG_STATE_HOME.
+    server = StdioServerParameters(command=sys.executable, args=[{server!r}], env=dict(os.environ))
     async with stdio_client(server) as (read, write):
         async with ClientSession(read, write) as raw:
             await raw.initialize()

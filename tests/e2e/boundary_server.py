@@ -3,6 +3,8 @@ then awaits, on whichever server type and runner the command line names.
 
     python -m tests.e2e.boundary_server KIND RUNNER LEDGER STORE_URL [PORT]
 
+STORE_URL `default`: no `store=`, so the default store for the transport (IDEMTOOLS_STORE first).
+
 KIND: `sdk` (FastMCP on mcp 1.x, MCPServer on mcp 2.x) or `fastmcp` (standalone FastMCP 4.x).
 RUNNER: `stdio` (`server.run()`), `http` (`server.run("streamable-http")`, the SDK's own
 uvicorn) or `uvicorn` (the server's ASGI app under `uvicorn.run`, its lifespan driving it).
@@ -55,7 +57,8 @@ def build(kind: str, ledger: str, store_url: str) -> Any:
 
     grace = os.environ.get("BOUNDARY_GRACE")
     options: dict[str, Any] = {"shutdown_grace": float(grace)} if grace else {}
-    idemtools.install(server, store=from_url(store_url), **options)
+    store = None if store_url == "default" else from_url(store_url)  # default: the transport's
+    idemtools.install(server, store=store, **options)
     return server
 
 

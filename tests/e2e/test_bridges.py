@@ -252,6 +252,23 @@ async def test_key_from_other_arguments_conflict_other_values_and_tools_do_not()
     assert shop.count("ship") == 1
 
 
+async def test_key_from_derives_from_the_values_the_tool_receives() -> None:
+    """`"100"`, `"1e2"` and `100` are one amount to `amount: float`: one derived key, so one
+    payment and two conflicts (as under a SEP key), never three payments. Arguments the SDK's
+    validation refuses run nothing and leave no record."""
+    shop = Shop()
+    async with lossy_session(shop.server, Loss(drop=0)) as session:
+        refused = await session.call_tool("pay", {"order_id": "A1", "amount": "abc"})
+        assert getattr(refused, "is_error", None) or getattr(refused, "isError", None)
+        assert shop.outcomes == []  # the SDK answered; nothing ran, nothing recorded
+        await session.call_tool("pay", {"order_id": "A1", "amount": "100"})
+        for spelling in ("1e2", 100):
+            with pytest.raises(SDK_ERROR) as conflict:
+                await session.call_tool("pay", {"order_id": "A1", "amount": spelling})
+            assert data_type(conflict.value) == "idempotency_key_conflict"
+    assert shop.count("pay") == 1
+
+
 async def test_a_sent_key_never_meets_a_derived_record() -> None:
     """The derived key's text, sent as `idempotencyKey`: its own record, not the derived one's."""
     shop = Shop()

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from idemtools.keyed_session import KeyedSession, classify
 
 from idemtools.client import RetryPolicy, call_tool
+from idemtools.client.keyed_session import KeyedSession, classify
 from idemtools.errors import ConflictError
 
 from .harness import LINE, make_app

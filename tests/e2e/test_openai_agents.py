@@ -177,3 +177,31 @@ async def test_published_retention_caps_the_window() -> None:
     async with server:
         await server.list_tools()
         assert server.session.retry_keys.limit("charge") == 86400  # type: ignore[union-attr]
+
+
+async def test_outcome_unknown_is_not_resent_by_the_retry_loop(tmp_path: Any) -> None:
+    """The stdio proxy's upstream dies mid-call (`idempotency_outcome_unknown`; the proxy exits
+    too). `max_retry_attempts` would call again: the keyed operation raises the same
+    `OutcomeUnknownError` without sending, and it reaches the caller."""
+    import os
+
+    from agents.mcp import MCPServerStdio
+
+    from idemtools.client import OutcomeUnknownError
+    from tests.proxy.helpers import ROOT, executions, proxy_argv, upstream_argv
+
+    log = tmp_path / "log"
+    argv = proxy_argv("--store", f"sqlite:///{tmp_path / 'p.db'}", upstream=upstream_argv(log))
+    params = {
+        "command": argv[0],
+        "args": argv[1:],
+        "env": {**os.environ, "PYTHONPATH": str(ROOT)},
+        "cwd": str(ROOT),
+    }
+    server = keyed(
+        MCPServerStdio(params, max_retry_attempts=2, retry_backoff_seconds_base=0.01)  # type: ignore[arg-type]
+    )
+    async with server:
+        with pytest.raises(OutcomeUnknownError):
+            await server.call_tool("die", {"label": "d"})
+    assert executions(log, "d") == 1

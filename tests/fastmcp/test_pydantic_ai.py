@@ -102,3 +102,32 @@ async def test_a_per_run_copy_is_keyed_too() -> None:
     copied = await toolset.for_run(None)  # type: ignore[arg-type]  # the headers ignore it
     assert copied is not toolset and isinstance(copied.client, KeyedClient)
     assert copied.client.retry_keys is not toolset.client.retry_keys  # keys of its own
+
+
+async def test_outcome_unknown_reaches_the_application_not_the_model(tmp_path: Any) -> None:
+    """The proxy's upstream dies mid-call: `idempotency_outcome_unknown`. pydantic-ai turns an
+    `McpError` into `ModelRetry`; `OutcomeUnknownError` is not one, so the run ends with it and
+    the model is never asked to call again (through the real stdio proxy)."""
+    import os
+
+    from fastmcp import Client
+    from fastmcp.client.transports import StdioTransport
+
+    from idemtools.client import OutcomeUnknownError
+    from tests.proxy.helpers import ROOT, executions, proxy_argv, upstream_argv
+
+    log = tmp_path / "log"
+    argv = proxy_argv("--store", f"sqlite:///{tmp_path / 'p.db'}", upstream=upstream_argv(log))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    client = Client(StdioTransport(argv[0], argv[1:], env=env, cwd=str(ROOT)))
+    asked: list[int] = []
+    base = model_that_retries("die", {"label": "d"})
+
+    async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked.append(len(messages))
+        return base.function(messages, info)  # type: ignore[misc,return-value]
+
+    agent = Agent(FunctionModel(respond), toolsets=[KeyedMCPToolset(client, max_retries=3)])
+    with pytest.raises(OutcomeUnknownError):
+        await agent.run("die")
+    assert len(asked) == 1 and executions(log, "d") == 1

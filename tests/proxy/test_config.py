@@ -58,7 +58,7 @@ def test_no_file_means_library_defaults() -> None:
     policy = config.policy_for("anything")
     assert policy.retention == 86400 and policy.lease == 60 and policy.max_runtime == 3600
     assert policy.scope is by_auth_subject
-    assert config.store == "memory://" and config.forward_key is False
+    assert config.store is None and config.forward_key is False  # the transport's default
 
 
 def test_flags_override_the_default_and_keep_the_rules() -> None:

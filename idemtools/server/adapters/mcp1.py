@@ -43,6 +43,7 @@ from ...scopes import (
 from . import sdk_mcp1 as sdk
 from ._adapted import Adapted
 from ._auth import auth_info, configured_issuer
+from ._validated import validator_of
 from .patches import declare_key_field
 
 __all__ = ["adapt", "declare_key_field"]
@@ -207,7 +208,7 @@ def adapt(
             source: bridges.KeySource = "sep"
             if bridges.BRIDGED and name in bridges.BRIDGED:  # a key bridge (outside the SEP)
                 found = engine.policy_for(name, policy, by_name=tool_manager is None)
-                bridge = bridges.resolve(found, name, key, arguments)
+                bridge = bridges.resolve(found, name, key, arguments, validator_of(tool))
                 if bridge.changed:  # the function does not ask for the key argument
                     passed = params.model_copy(update={"arguments": bridge.passed})
                     req = req.model_copy(update={"params": passed})

@@ -50,6 +50,7 @@ from . import sdk_mcp2 as sdk
 from ._adapted import Adapted, ListTools
 from ._auth import auth_info, configured_issuer
 from ._contact import SDKContactError
+from ._validated import Values, validator_of
 from .patches import declare_key_field
 
 __all__ = ["IdempotencyMiddleware", "ToolLookup", "adapt", "declare_key_field"]
@@ -289,6 +290,13 @@ class IdempotencyMiddleware:
             return False, None
         return True, policy_of(getattr(tool, "fn", None))
 
+    def values_of(self, name: str) -> Values | None:
+        """What the SDK's validation gives the tool (MCPServer's tools), for a derived key;
+        None: a low-level handler or a framework's own lookup (the arguments as sent)."""
+        if self.lookup is not None or self.tool_manager is None:
+            return None
+        return validator_of(self.tool_manager.get_tool(name))
+
     async def unknown(self, ctx: Any, name: str, known_before: bool) -> bool:
         """After an error answer: was `name` a tool this server does not have?
 
@@ -350,7 +358,7 @@ class IdempotencyMiddleware:
         source: bridges.KeySource = "sep"
         if name in bridges.BRIDGED:  # a key argument or a derived key (outside the SEP)
             found = self.engine.policy_for(name, policy, by_name=self.by_name)
-            bridge = bridges.resolve(found, name, key, arguments)
+            bridge = bridges.resolve(found, name, key, arguments, self.values_of(name))
             if bridge.changed:  # the function does not ask for the key argument
                 ctx = dataclasses.replace(ctx, params={**ctx.params, "arguments": bridge.passed})
             if bridge.key is None:
