@@ -22,10 +22,18 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..errors import RefusedError, StoreFullError, StoreUnavailableError
-from ..stores.base import Claim, Record, Store, ToolWrites, TransactionalStore, store_info
+from ..stores.base import (
+    Claim,
+    LapsingStore,
+    Record,
+    Store,
+    ToolWrites,
+    TransactionalStore,
+    store_info,
+)
 from .decision import digest
 
 if TYPE_CHECKING:
@@ -93,7 +101,9 @@ class StoreCalls:
         WARNING with its cause. The client's message never carries the store's details
         (hosts, file paths, SQL, driver text), only a `client_message` the store marked safe."""
         op: Awaitable[Claim] = (
-            self.store.claim(scope, key, fp, owner, lease, keep_lapsed=keep_lapsed)
+            cast(LapsingStore, self.store).claim(
+                scope, key, fp, owner, lease, keep_lapsed=keep_lapsed
+            )
             if keep_lapsed and self.lapses
             else self.store.claim(scope, key, fp, owner, lease)
         )
@@ -157,7 +167,9 @@ class StoreCalls:
         alone (a store without `replaceable` records it as final)."""
         store = self.store
         op = (
-            store.complete(scope, key, owner, data, retention, fingerprint=fp, replaceable=True)
+            cast(LapsingStore, store).complete(
+                scope, key, owner, data, retention, fingerprint=fp, replaceable=True
+            )
             if self.replaces
             else store.complete(scope, key, owner, data, retention, fingerprint=fp)
         )
@@ -172,7 +184,7 @@ class StoreCalls:
         """Delete the owner's claim; `lapse`: turn it back into a lapsed claim instead, so
         the next claim finds it (a reconcile that could not decide)."""
         op = (
-            self.store.release(scope, key, owner, lapse=True)
+            cast(LapsingStore, self.store).release(scope, key, owner, lapse=True)
             if lapse and self.lapses
             else self.store.release(scope, key, owner)
         )

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..redaction import password_needs_encoding, redact_url, secrets_in, withhold
-from ._url_options import InvalidStoreURLError, leftover, take, unknown
+from ._url_options import InvalidStoreURLError as InvalidStoreURLError
+from ._url_options import leftover, take, unknown
 from .base import Claim, Record, Status, Store
 from .memory import MemoryStore
 from .sqlite import SQLiteStore

@@ -70,6 +70,7 @@ __all__ = [
     "Claim",
     "ForgettingStore",
     "FullStore",
+    "LapsingStore",
     "PurgingStore",
     "Record",
     "Status",
@@ -175,6 +176,39 @@ class Store(Protocol):
     """Short name for documentation: "memory", "sqlite", "redis", "postgres"."""
 
     async def claim(
+        self, scope: str, key: str, fingerprint: str, owner: str, lease: float
+    ) -> Claim: ...
+
+    async def renew(self, scope: str, key: str, owner: str, lease: float) -> bool: ...
+
+    async def complete(
+        self,
+        scope: str,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        *,
+        fingerprint: str | None = None,
+    ) -> bool: ...
+
+    async def release(self, scope: str, key: str, owner: str) -> bool: ...
+
+    async def get(self, scope: str, key: str) -> Record | None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class LapsingStore(Store, Protocol):
+    """A store that keeps lapsed claims and replaceable outcomes (the keywords below).
+
+    Apart from `Store` so that a store written against the five operations alone still
+    type-checks as one; the engine finds out at run time whether a store takes these keywords
+    and, for one that does not, behaves as before (a lapsed lease frees the key). Every store
+    idemtools ships is one.
+    """
+
+    async def claim(
         self,
         scope: str,
         key: str,
@@ -184,8 +218,6 @@ class Store(Protocol):
         *,
         keep_lapsed: float = 0.0,
     ) -> Claim: ...
-
-    async def renew(self, scope: str, key: str, owner: str, lease: float) -> bool: ...
 
     async def complete(
         self,
@@ -200,10 +232,6 @@ class Store(Protocol):
     ) -> bool: ...
 
     async def release(self, scope: str, key: str, owner: str, *, lapse: bool = False) -> bool: ...
-
-    async def get(self, scope: str, key: str) -> Record | None: ...
-
-    async def aclose(self) -> None: ...
 
 
 @runtime_checkable

@@ -40,4 +40,4 @@ async def main(url: str, ledger: str, go: str, key: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:5])
+    anyio.run(main, *sys.argv[1:5])  # type: ignore[arg-type]  # four strings

@@ -17,7 +17,7 @@ from idemtools.errors import ConflictError
 from .harness import LINE, make_app
 from .lossy import Loss, lossy_session
 from .test_client import session_for
-from .test_keyed_session import SDK_ERROR, _rpc
+from .test_keyed_session import SDK_ERROR, _rpc  # type: ignore[attr-defined]
 
 RETRYING = RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.02)
 TYPES = [

@@ -93,7 +93,7 @@ async def test_the_release_after_a_failed_transaction_is_timed() -> None:
 
 async def test_a_driver_error_comes_out_as_a_store_failure_carrying_it() -> None:
     class Broken(MemoryStore):
-        async def release(self, scope: str, key: str, owner: str) -> bool:
+        async def release(self, scope: str, key: str, owner: str, *, lapse: bool = False) -> bool:
             raise ConnectionError("gone")
 
     engine = Engine(Broken(), registry=Registry())

@@ -39,4 +39,4 @@ def test_each_upstream_command_has_its_own_file() -> None:
     two = proxy_default_store(["python3", "b.py"])
     assert isinstance(one, SQLiteStore) and isinstance(two, SQLiteStore)
     assert one.path != two.path and Path(one.path).parent == Path(two.path).parent
-    assert proxy_default_store(["python3", "a.py"]).path == one.path
+    assert proxy_default_store(["python3", "a.py"]).path == one.path  # type: ignore[attr-defined]

@@ -58,6 +58,7 @@ from idemtools.outcome import TOMBSTONE_RESERVE, Outcome, is_tombstone
 from idemtools.stores.base import (
     Claim,
     FullStore,
+    LapsingStore,
     Record,
     Status,
     Store,
@@ -151,7 +152,7 @@ class StoreConformance:
         max_records: int | None = None,
         max_bytes: int | None = None,
         max_records_per_scope: int | None = None,
-    ) -> Store:
+    ) -> LapsingStore:
         raise NotImplementedError
 
     async def advance(self, seconds: float) -> None:
@@ -167,7 +168,7 @@ class StoreConformance:
     async def _conformance_lifecycle(self, tmp_path: Path) -> AsyncIterator[None]:
         self.clock = FakeClock()
         self.tmp_path = tmp_path
-        self._opened: list[Store] = []
+        self._opened: list[LapsingStore] = []
         yield
         for store in reversed(self._opened):
             await store.aclose()
@@ -178,7 +179,7 @@ class StoreConformance:
         max_records: int | None = None,
         max_bytes: int | None = None,
         max_records_per_scope: int | None = None,
-    ) -> Store:
+    ) -> LapsingStore:
         store = await self.make_store(
             self.clock,
             max_records=max_records,
@@ -199,7 +200,9 @@ class StoreConformance:
         low, high = expected - self.LEASE / 4 - self.TOLERANCE, expected + self.TOLERANCE
         assert low <= record.remaining <= high, f"remaining {record.remaining} not in {low}..{high}"
 
-    async def in_progress(self, store: Store, key: str, owner: str, *, scope: str = SCOPE) -> None:
+    async def in_progress(
+        self, store: LapsingStore, key: str, owner: str, *, scope: str = SCOPE
+    ) -> None:
         record = await store.get(scope, key)
         assert record is not None, f"{key!r} should be live"
         assert record.status is Status.IN_PROGRESS
@@ -437,7 +440,7 @@ class StoreConformance:
         assert record is not None and record.status is Status.COMPLETED
         assert record.fingerprint == FP1
 
-    async def _fill_expired_and_purge(self, store: Store) -> None:
+    async def _fill_expired_and_purge(self, store: LapsingStore) -> None:
         await self.advance(self.LEASE * 3)
         # Claims of other keys give stores that clean up lazily (on writes) their chance.
         for i in range(3):
@@ -734,7 +737,7 @@ class StoreConformance:
 
     # -- capacity --------------------------------------------------------------------------
 
-    async def _fill(self, store: Store, n: int, *, lease: float) -> None:
+    async def _fill(self, store: LapsingStore, n: int, *, lease: float) -> None:
         for i in range(n):
             assert (await store.claim(SCOPE, f"k{i}", FP1, f"o{i}", lease)).claimed
 

@@ -61,7 +61,7 @@ class ReplyDropper:
             self._server.close()
             self._server = None
         for transport in list(self._transports):
-            transport.abort()
+            transport.abort()  # type: ignore[attr-defined]  # a socket transport's
         self._transports.clear()
         await asyncio.sleep(0)
 

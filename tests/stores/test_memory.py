@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from idemtools.errors import QuotaExceededError, StoreFullError
 from idemtools.outcome import TOMBSTONE_RESERVE
-from idemtools.stores.base import Store
+from idemtools.stores.base import LapsingStore
 from idemtools.stores.memory import MemoryStore, _pack, _scope_of
 from tests.budget import examples
 
@@ -25,7 +25,7 @@ class TestMemoryStore(StoreConformance):
         max_records: int | None = None,
         max_bytes: int | None = None,
         max_records_per_scope: int | None = None,
-    ) -> Store:
+    ) -> LapsingStore:
         bounds: dict[str, int] = {}
         if max_records is not None:
             bounds["max_records"] = max_records

@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 
 from idemtools.errors import StoreUnavailableError
-from idemtools.stores.base import Claim, Status, Store
+from idemtools.stores.base import Claim, LapsingStore, Status
 from idemtools.stores.postgres import PostgresStore
 from idemtools.stores.redis import RedisStore
 from idemtools.stores.sqlite import SQLiteStore
@@ -44,7 +44,7 @@ def _cleanup() -> Iterator[None]:
         delete_redis_keys(REDIS_PREFIX)
 
 
-async def _read_as_before(store: Store, advance: object, lease: float) -> None:
+async def _read_as_before(store: LapsingStore, advance: object, lease: float) -> None:
     """In progress while the old claim's lease lasts, then a free key for a claim with a keep."""
     record = await store.get(SCOPE, KEY)
     assert record is not None

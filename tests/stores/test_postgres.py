@@ -23,7 +23,7 @@ from psycopg import sql
 from idemtools.engine import Engine
 from idemtools.errors import StoreUnavailableError
 from idemtools.outcome import Outcome
-from idemtools.stores.base import Status, Store
+from idemtools.stores.base import LapsingStore, Status
 from idemtools.stores.postgres import PostgresStore, current_connection
 
 from ..services import (
@@ -82,7 +82,7 @@ class TestPostgresConformance(StoreConformance):
         max_records: int | None = None,
         max_bytes: int | None = None,
         max_records_per_scope: int | None = None,
-    ) -> Store:
+    ) -> LapsingStore:
         if max_records is not None:
             pytest.skip(
                 "PostgresStore is bounded by the database's disk (claims refused with "

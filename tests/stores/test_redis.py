@@ -25,7 +25,7 @@ from idemtools.errors import RecordCorruptError, StoreUnavailableError
 from idemtools.outcome import Outcome
 from idemtools.policy import Policy
 from idemtools.scopes import shared
-from idemtools.stores.base import Status, Store
+from idemtools.stores.base import LapsingStore, Status
 from idemtools.stores.redis import RedisStore
 
 from ..services import (
@@ -76,7 +76,7 @@ class TestRedisConformance(StoreConformance):
         max_records: int | None = None,
         max_bytes: int | None = None,
         max_records_per_scope: int | None = None,
-    ) -> Store:
+    ) -> LapsingStore:
         if max_records is not None or max_bytes is not None:
             pytest.skip(
                 "RedisStore is bounded by Redis maxmemory (claims refused with StoreFullError "

@@ -28,7 +28,7 @@ from idemtools.outcome import Outcome
 from idemtools.policy import Policy
 from idemtools.scopes import shared
 from idemtools.stores import from_url
-from idemtools.stores.base import Status, Store
+from idemtools.stores.base import LapsingStore, Status
 from idemtools.stores.redis import RedisStore
 
 from ..services import LocalCluster, scope_hash
@@ -68,7 +68,7 @@ class TestRedisClusterConformance(StoreConformance):
         max_records: int | None = None,
         max_bytes: int | None = None,
         max_records_per_scope: int | None = None,
-    ) -> Store:
+    ) -> LapsingStore:
         if max_records is not None or max_bytes is not None:
             pytest.skip("RedisStore is bounded by Redis maxmemory, not a record count")
         return RedisStore.from_url(

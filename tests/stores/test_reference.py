@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idemtools.errors import QuotaExceededError, StoreFullError
-from idemtools.stores.base import FullStore, Status, Store
+from idemtools.stores.base import FullStore, LapsingStore, Status
 from idemtools.stores.memory import MemoryStore
 from idemtools.stores.reference import ReferenceStore
 from tests.budget import examples
@@ -34,7 +34,7 @@ class TestReferenceStore(StoreConformance):
         max_records: int | None = None,
         max_bytes: int | None = None,
         max_records_per_scope: int | None = None,
-    ) -> Store:
+    ) -> LapsingStore:
         if max_bytes is not None:
             pytest.skip("the reference store counts records, not bytes")
         return ReferenceStore(

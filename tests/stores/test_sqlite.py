@@ -16,7 +16,7 @@ import pytest
 
 from idemtools.errors import StoreFullError, StoreUnavailableError
 from idemtools.outcome import TOMBSTONE_RESERVE
-from idemtools.stores.base import Claim, Status, Store
+from idemtools.stores.base import Claim, LapsingStore, Status
 from idemtools.stores.sqlite import SQLiteStore
 
 from .conformance import FakeClock, StoreConformance
@@ -31,7 +31,7 @@ class TestSQLiteConformance(StoreConformance):
         max_records: int | None = None,
         max_bytes: int | None = None,
         max_records_per_scope: int | None = None,
-    ) -> Store:
+    ) -> LapsingStore:
         return SQLiteStore(
             self.tmp_path / "idem.db",
             clock=clock,

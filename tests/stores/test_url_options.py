@@ -101,7 +101,8 @@ async def test_postgres_options_from_the_url_and_a_libpq_option_passing_through(
             name = await (await conn.execute("SHOW application_name")).fetchone()
         assert rows is not None and rows[0] == 1  # the record is in the URL's table
         assert name is not None and name[0] == f"idem-url-{RUN_ID}"  # libpq's own option
-        assert store._pool.kwargs["connect_timeout"] == 3 and store._pool.timeout == 4.0
+        kwargs: Any = store._pool.kwargs
+        assert kwargs["connect_timeout"] == 3 and store._pool.timeout == 4.0
         async with store._pool.connection() as conn:
             await conn.execute(f"DROP TABLE {table}")
     finally:
