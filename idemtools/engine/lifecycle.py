@@ -106,7 +106,8 @@ class Lifecycle:
                 "shutdown: keyed call still running after the %.1f s grace tool=%s "
                 "key_digest=%s scope=%s running_for=%.1fs; its lease stays renewed while this "
                 "process lives, and its outcome is recorded if it ends; if the process exits "
-                "first, its claim lapses by lease and a retry may run it again",
+                "first, its claim lapses by lease and a retry follows the tool's on_lapse "
+                "(rerun, the default, runs it again)",
                 grace,
                 ex.tool,
                 key_digest(ex.key),
