@@ -7,6 +7,7 @@ from tests.fastmcp import require_fastmcp
 
 require_fastmcp()
 
+import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -26,7 +27,9 @@ ERAS = ["2025-11-25", "2026-07-28"]
 
 
 async def test_fixtures_sit_beside_the_servers_own_tools() -> None:
-    transport = StdioTransport(command=SERVER[0], args=SERVER[1:], cwd=str(HERE.parents[1]))
+    transport = StdioTransport(
+        command=SERVER[0], args=SERVER[1:], env=dict(os.environ), cwd=str(HERE.parents[1])
+    )
     async with Client(transport, timeout=60) as client:
         names = {tool.name for tool in await client.list_tools()}
         assert set(FIXTURE_TOOLS) | {"theirs"} <= names

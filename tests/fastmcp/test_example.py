@@ -12,6 +12,7 @@ from tests.fastmcp import require_fastmcp
 require_fastmcp()
 
 import contextlib  # noqa: E402
+import os  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -35,7 +36,11 @@ EXAMPLE = ROOT / "examples" / "fastmcp_server.py"
 @pytest.mark.slow
 @pytest.mark.parametrize(("mode", "era"), [("legacy", "2025-11-25"), ("auto", "2026-07-28")])
 async def test_example_server_over_stdio(mode: str, era: str) -> None:
-    transport = StdioTransport(command=sys.executable, args=[str(EXAMPLE)], cwd=str(ROOT))
+    # The whole environment: on stdio the server's default store lives under XDG_STATE_HOME,
+    # the test's own (the SDK passes only HOME and PATH by default).
+    transport = StdioTransport(
+        command=sys.executable, args=[str(EXAMPLE)], env=dict(os.environ), cwd=str(ROOT)
+    )
     async with Client(transport, mode=mode, timeout=60) as client:
         assert client.protocol_version == era
         assert await advertises_idempotency(client.session)
