@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import sys
 import threading
@@ -425,20 +424,23 @@ class LeaseKeeper:
         await self._renew(store, held, sent)
 
     async def _renew_on_caller_loop(self, held: Lease) -> bool:
+        source = self._source
+
+        async def renew() -> bool:
+            # It reaches the caller's loop later: by then the call may be recording its
+            # outcome or have ended, and a renewal would only race its record.
+            if held.done or not held.claimed:
+                return True
+            return await source.renew(held.scope, held.key, held.owner, held.lease)
+
         if held.loop is None:
             if held.trio is None:
                 return True  # no loop to reach: late completion covers it
             import trio
 
-            renew = functools.partial(
-                self._source.renew, held.scope, held.key, held.owner, held.lease
-            )
             run: Callable[..., bool] = trio.from_thread.run
             return await asyncio.to_thread(run, renew, trio_token=held.trio)
-        coro: Coroutine[Any, Any, bool] = self._source.renew(
-            held.scope, held.key, held.owner, held.lease
-        )
-        future = asyncio.run_coroutine_threadsafe(coro, held.loop)
+        future = asyncio.run_coroutine_threadsafe(renew(), held.loop)
         return await asyncio.wrap_future(future)
 
 

@@ -45,6 +45,8 @@ FRAMEWORK = {
     "idemtools.integrations.pydantic_ai": "pydantic_ai",
     "idemtools.integrations.langchain": "langchain_mcp_adapters",
     "idemtools.integrations.temporal": "temporalio",
+    "idemtools.integrations.dbos": "dbos",
+    "idemtools.integrations.langgraph": "langgraph",
 }
 
 
