@@ -50,6 +50,8 @@ __all__ = ["SHUTDOWN_SIGNALS", "hook_transports", "serving"]
 log = logging.getLogger("idemtools")
 
 SHUTDOWN_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+ANSWER_GRACE = 0.2
+"""Seconds between the drain's end and a deferred signal's default action (see `_drain`)."""
 
 
 class _Executing(Protocol):
@@ -202,6 +204,10 @@ class _Watch:
             async with anyio.create_task_group() as tg:
                 for inst in self.installations():
                     tg.start_soon(inst.aclose, inst.shutdown_grace)
+            # Recorded is not yet answered: the SDK's writer task sends each answer a few loop
+            # turns after its record. A moment for it before a signal's default action ends the
+            # process, so the host gets the answer rather than a retry's replay.
+            await anyio.sleep(ANSWER_GRACE)
         finally:
             self._deliver_deferred()
 
