@@ -1,5 +1,6 @@
 """What differs between asyncio and trio, in one place: how an execution is shielded from its
-caller's cancellation, how background work is started, and whether a cancellation is pending.
+caller's cancellation, how background work is started, and whether a cancellation is the
+execution's own.
 
 The rest of the engine asks `on_asyncio()` or calls `protect`, `spawn`, `shielded`; it never
 imports asyncio for itself. Only public asyncio, anyio and sniffio API is used here: private
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import sys
 from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
@@ -32,7 +32,6 @@ except ImportError:  # pragma: no cover - trio requires sniffio: without it only
 T = TypeVar("T")
 
 __all__ = [
-    "cancel_pending",
     "cancels_the_execution",
     "on_asyncio",
     "protect",
@@ -45,20 +44,6 @@ __all__ = [
 def on_asyncio() -> bool:
     """Whether the running async library is asyncio (sniffio's answer, as anyio's own)."""
     return current_async_library() == "asyncio"
-
-
-def cancel_pending() -> bool:
-    """False when no anyio scope around the running task has been cancelled (no shield in
-    between); True when one has, or on trio (where anyio's checkpoint decides).
-
-    An adapter calls `anyio.lowlevel.checkpoint_if_cancelled()` after the engine answers (a
-    client that cancelled already got its answer from the SDK), and only when this says True:
-    the checkpoint is a coroutine, and this question is a plain call. anyio's public
-    `current_effective_deadline()` is minus infinity exactly when such a scope is cancelled.
-    """
-    if not on_asyncio():
-        return True
-    return anyio.current_effective_deadline() == -math.inf
 
 
 def shielded() -> anyio.CancelScope:

@@ -177,6 +177,7 @@ class MemoryWire:
         self.initialize: dict[str, Any] = {}
         self._pending: dict[Any, dict[str, Any]] = {}
         self._arrived: dict[Any, anyio.Event] = {}
+        self._answers: dict[Any, list[dict[str, Any]]] = {}
 
     async def send(self, message: dict[str, Any]) -> None:
         cls = types.JSONRPCRequest if "id" in message else types.JSONRPCNotification
@@ -194,7 +195,12 @@ class MemoryWire:
             data = data.get("root", data) if LINE == 1 and "root" in data else data
             if "id" in data and ("result" in data or "error" in data):
                 self._pending[data["id"]] = data
+                self._answers.setdefault(data["id"], []).append(data)
                 self._arrived.setdefault(data["id"], anyio.Event()).set()
+
+    def answers(self, rid: Any) -> list[dict[str, Any]]:
+        """Every reply to `rid` that arrived, in order (one at most, for any well-behaved id)."""
+        return self._answers.get(rid, [])
 
     async def _receive(self, rid: Any) -> dict[str, Any]:
         await self._arrived.setdefault(rid, anyio.Event()).wait()

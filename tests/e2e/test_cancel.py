@@ -6,6 +6,8 @@ from typing import Any
 
 import anyio
 
+from idemtools.server.adapters import SDK2
+
 from .harness import App, error_type, make_app, memory_wire
 
 
@@ -44,6 +46,13 @@ async def test_cancelled_call_finishes_and_is_replayed() -> None:
         retry = await _settled(wire, params)
     assert retry["result"]["content"][0]["text"] == "slow done #1"
     assert app.count("slow") == 1
+    # Never answered twice: mcp 2 leaves a cancelled request unanswered; mcp 1 answers it once,
+    # itself, when the cancellation arrives.
+    answers = wire.answers("c1")
+    if SDK2:
+        assert answers == []
+    else:
+        assert [a["error"]["message"] for a in answers] == ["Request cancelled"]
 
 
 async def test_disconnected_client_gets_the_replay_on_a_new_connection() -> None:

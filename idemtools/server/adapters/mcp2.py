@@ -22,8 +22,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-import anyio
-import anyio.lowlevel
 import mcp_types as types
 from mcp.shared.direct_dispatcher import DIRECT_TRANSPORT_KIND
 from mcp.shared.exceptions import MCPError
@@ -33,7 +31,6 @@ from pydantic import ValidationError
 from ... import bridges
 from ..._sdk import fields as _fields
 from ...engine import Engine, ToolCall
-from ...engine.runtime import cancel_pending
 from ...errors import InstallError
 from ...outcome import Outcome
 from ...policy import TOOL_META_KEY, Policy, policy_of
@@ -419,11 +416,12 @@ class IdempotencyMiddleware:
         return Outcome(result, None, final)
 
     async def _answer(self, ctx: Any, outcome: Outcome) -> Any:
-        """The engine's outcome as the SDK expects it back: a result dict, or an `MCPError`."""
-        # A client that cancelled already got its answer from the SDK; don't answer twice.
-        # Asked first without the checkpoint, which is a coroutine.
-        if cancel_pending():
-            await anyio.lowlevel.checkpoint_if_cancelled()
+        """The engine's outcome as the SDK expects it back: a result dict, or an `MCPError`.
+
+        No cancellation checkpoint first: since mcp 2.0 the SDK itself never answers a request
+        its client cancelled (the handler's result is dropped), and a caller cancelled while
+        the engine waits raises there.
+        """
         if outcome.error is not None:
             error = outcome.error
             raise MCPError(error["code"], error["message"], error.get("data"))
