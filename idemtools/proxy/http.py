@@ -36,13 +36,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-import orjson
 
 from ..engine import Engine
 from ..errors import NOT_PROCESSED, RefusedError, UnauthorizedError
 from ..policy import Registry
 from ..stores import from_url
-from . import jsonread
+from . import jsonread, jsonwrite
 from .auth import JwtVerifier, caller_refusal, http_context
 from .batch import Kind, cancel_target, invalid, kind, needs_split
 from .config import ProxyConfig
@@ -97,13 +96,6 @@ class _NoCookies(http.cookiejar.DefaultCookiePolicy):
         return False
 
 
-def _dumps(message: Any) -> bytes:
-    try:
-        return orjson.dumps(message)
-    except TypeError:
-        return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
-
-
 def _loads(data: bytes) -> Any:
     try:
         return jsonread.loads(data)
@@ -131,7 +123,7 @@ def _event_data(event: bytes) -> bytes | None:
 
 
 def _sse(message: Any) -> bytes:
-    return b"event: message\ndata: " + _dumps(message) + b"\n\n"
+    return b"event: message\ndata: " + jsonwrite.dumps(message) + b"\n\n"
 
 
 class _Refused(Exception):
@@ -177,7 +169,7 @@ class _CallUpstream:
     ) -> dict[str, Any]:
         own = method != "tools/call"  # the catalog's tools/list: an id of the proxy's own
         rid = f"idemtools-proxy:{next(self.proxy.ids)}" if own else self.rid
-        body = _dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        body = jsonwrite.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         try:
             return await asyncio.wait_for(self._exchange(body, rid, relay=not own), timeout)
         except asyncio.TimeoutError:
@@ -383,7 +375,7 @@ class HttpProxy:
         if scope["method"] == "POST":
             message_in = admit(bytes(body))
             if isinstance(message_in, Refused):  # what it cannot parse or check: never relayed
-                await _whole(send, 400, b"application/json", _dumps(message_in.response))
+                await _whole(send, 400, b"application/json", jsonwrite.dumps(message_in.response))
                 return
         if await self._forbidden(message_in, headers, send):
             return
@@ -447,7 +439,9 @@ class HttpProxy:
             error["data"] = {"type": UnauthorizedError.type, NOT_PROCESSED: True}
             rid = entry.get("id") if message is entry else None
             reply = {"jsonrpc": "2.0", "id": rid, "error": error}
-            await _whole(send, 200 if message is entry else 403, b"application/json", _dumps(reply))
+            await _whole(
+                send, 200 if message is entry else 403, b"application/json", jsonwrite.dumps(reply)
+            )
             return True
         return False
 
@@ -473,7 +467,7 @@ class HttpProxy:
                 data = await response.aread()
                 message = _loads(data)
                 if isinstance(message, dict) and _answers(message, patch) and advertise(message):
-                    data = _dumps(message)
+                    data = jsonwrite.dumps(message)
                 out = _response_headers(response)
                 out.append((b"content-length", str(len(data)).encode()))
                 await send(
@@ -518,7 +512,7 @@ class HttpProxy:
                         rest = [
                             line for line in event.split(b"\n") if not line.startswith(b"data:")
                         ]
-                        event = b"\n".join([*rest, b"data: " + _dumps(message)])
+                        event = b"\n".join([*rest, b"data: " + jsonwrite.dumps(message)])
                     await send(
                         {"type": "http.response.body", "body": event + b"\n\n", "more_body": True}
                     )
@@ -536,7 +530,7 @@ class HttpProxy:
         )
         early = self._caller_refused(message, context)
         if early is not None:
-            await _whole(send, 200, b"application/json", _dumps(early))
+            await _whole(send, 200, b"application/json", jsonwrite.dumps(early))
             return
         upstream = _CallUpstream(self, url, headers, message["id"])
         # The answer is decided apart from this request: a client that goes away does not
@@ -558,7 +552,7 @@ class HttpProxy:
                 )
                 await send({"type": "http.response.body", "body": refused.body})
                 return
-            data = _dumps(reply)
+            data = jsonwrite.dumps(reply)
             await _whole(send, 200, b"application/json", data)
             return
         await send(
@@ -638,7 +632,7 @@ class HttpProxy:
             if not slots:  # only notifications: no response, as JSON-RPC says
                 await _plain(send, 202, b"")
                 return
-            data = _dumps([reply for reply, _ in answers])
+            data = jsonwrite.dumps([reply for reply, _ in answers])
             await _whole(send, 200, b"application/json", data)
             return
         await send(
@@ -701,7 +695,7 @@ class HttpProxy:
     async def _notify(self, url: str, headers: list[tuple[str, str]], entry: Any) -> None:
         """Forward a notification (or a response to a server request) from a split batch."""
         try:
-            response = await self.client.post(url, headers=headers, content=_dumps(entry))
+            response = await self.client.post(url, headers=headers, content=jsonwrite.dumps(entry))
             await response.aclose()
         except httpx.HTTPError as exc:
             log.warning("a notification of a batch was not delivered: %s", type(exc).__name__)
@@ -753,7 +747,7 @@ async def _forward(
     """An unkeyed request of a split batch, POSTed on its own; its response (never raises)."""
     rid = entry["id"]
     try:
-        reply = await upstream._exchange(_dumps(entry), rid, relay=True)
+        reply = await upstream._exchange(jsonwrite.dumps(entry), rid, relay=True)
     except _Refused as exc:  # HTTP 4xx without JSON-RPC: nothing ran
         error = {
             "code": -32603,
@@ -793,7 +787,7 @@ async def _until_disconnect(stream: Awaitable[None], receive: Receive) -> None:
 async def _refuse(send: Send, status: int, code: int, message: str, kind: str) -> None:
     """An HTTP refusal by the proxy itself: a JSON-RPC error (id null) with `data.type`."""
     error = {"code": code, "message": message, "data": {"type": kind}}
-    body = _dumps({"jsonrpc": "2.0", "id": None, "error": error})
+    body = jsonwrite.dumps({"jsonrpc": "2.0", "id": None, "error": error})
     await _whole(send, status, b"application/json", body)
 
 

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import functools
 import itertools
-import json
 import logging
 import os
 import signal
@@ -38,15 +37,13 @@ import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, BinaryIO, TypeGuard, cast
 
-import orjson
-
 from ..engine import Engine
 from ..engine.runtime import start_eagerly
 from ..policy import Registry
 from ..scopes import CallContext
 from ..stores import from_url
 from ..stores.default import proxy_default_store
-from . import jsonread
+from . import jsonread, jsonwrite
 from .batch import Batch, Kind, cancel_target, invalid, kind, needs_split
 from .config import ProxyConfig
 from .faults import UpstreamLost, unavailable_error
@@ -65,16 +62,8 @@ _PREFIX_BYTES = ID_PREFIX.encode()
 
 
 def dumps(message: Any) -> bytes:
-    """One JSON line; the standard encoder for what orjson refuses (integers beyond 64 bits,
-    lone surrogates, which only an escape can spell in UTF-8)."""
-    try:
-        return orjson.dumps(message) + b"\n"
-    except TypeError:
-        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
-        try:
-            return text.encode() + b"\n"
-        except UnicodeEncodeError:
-            return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+    """One JSON line (`jsonwrite.dumps`: exact for every value the reader reads)."""
+    return jsonwrite.dumps(message) + b"\n"
 
 
 def _loads(line: bytes) -> Any:

@@ -83,10 +83,11 @@ def raw_upstream(log: Path, port: int) -> list[str]:
 
 
 def post(url: str, message: dict[str, Any], token: str | None = None) -> dict[str, Any]:
-    headers = {"accept": "application/json, text/event-stream"}
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     if token is not None:
         headers["authorization"] = f"Bearer {token}"
-    answer = httpx.post(url, json=message, headers=headers, timeout=20)
+    # ASCII JSON text: escapes spell what UTF-8 cannot (a lone surrogate).
+    answer = httpx.post(url, content=json.dumps(message), headers=headers, timeout=20)
     assert answer.status_code == 200, answer.text
     body: dict[str, Any] = answer.json()
     return body
@@ -377,3 +378,21 @@ def test_http_refusals_are_relayed_unrecorded_and_5xx_is_outcome_unknown(
         assert again["error"] == failed["error"]
     tried = [m for m in received(log) if m.get("method") == "tools/call"]
     assert [m["params"]["arguments"]["label"] for m in tried] == ["r401", "r401", "r503"]
+
+
+def test_a_lone_surrogate_in_the_arguments_is_relayed_and_replayed(
+    raw: tuple[Path, int], tmp_path: Path
+) -> None:
+    # JSON may spell a lone surrogate as an escape; Python reads it into a str that UTF-8
+    # cannot encode. The proxy relays it escaped, as it came, and records the call.
+    log, up = raw
+    port = free_port()
+    store = f"sqlite:///{tmp_path / 'proxy.db'}"
+    argv = proxy(f"http://127.0.0.1:{up}/mcp", port, "--scope", "token-hash", "--store", store)
+    with process(argv, port):
+        url = f"http://127.0.0.1:{port}/mcp"
+        first = post(url, call(1, "record", "k-sur", label="sur", text="\ud800x"), "tok")
+        again = post(url, call(2, "record", "k-sur", label="sur", text="\ud800x"), "tok")
+    assert "result" in first, first
+    assert again["result"] == first["result"]
+    assert executions(log, "sur") == 1
