@@ -7,12 +7,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from idemtools.errors import QuotaExceededError, StoreFullError
+from idemtools.errors import QuotaExceededError, RefusedError, StoreFullError
 from idemtools.outcome import TOMBSTONE_RESERVE
 from idemtools.stores.base import LapsingStore
 from idemtools.stores.memory import MemoryStore, _pack, _scope_of
 from tests.budget import examples
 
+from ._memory_before import MemoryStore as MemoryStoreBefore
 from .conformance import FakeClock, StoreConformance
 from .flood import flood_scenario
 
@@ -177,3 +178,122 @@ def test_a_kept_outcome_costs_its_own_size_not_its_writers_buffer() -> None:
     assert record is not None and Outcome.from_bytes(record.outcome).result == {
         "content": [{"type": "text", "text": "7"}]
     }
+
+
+# -- the same answers as the store it replaced ---------------------------------------------
+
+_SCOPES = ["a" * 64, "b" * 64, "plain"]  # two packed scope ids, one not
+_KEYS = ["k0", "k1", "k2"]
+_FPS = ["f" * 64, "fp"]  # packed, not
+# From a few bytes to past every byte bound below: some outcomes become tombstones.
+_OUTCOMES = [b"{}", b'{"v":1,"result":{}}', b"x" * 300, b"y" * 3000]
+
+_ACT = st.tuples(
+    st.sampled_from(
+        [
+            "claim",
+            "claim-keep",
+            "claim-again",  # a recent claim's owner claims (again) with its fingerprint
+            "renew",
+            "complete",
+            "complete-nofp",
+            "complete-replaceable",
+            "release",
+            "release-lapse",
+            "get",
+            "len",
+            "advance",
+        ]
+    ),
+    st.integers(0, len(_SCOPES) - 1),
+    st.integers(0, len(_KEYS) - 1),
+    st.integers(0, 4),  # whose: a recent claim's owner (on its own key when even), 4 an intruder
+    st.sampled_from([0.0, 1.0, 10.0, 60.0]),  # lease, retention or time passing
+    st.integers(0, len(_OUTCOMES) - 1),  # which fingerprint (claims) or outcome (completions)
+)
+_BOUNDS = st.fixed_dictionaries(
+    {
+        "max_records": st.sampled_from([100_000, 2, 5]),
+        "max_bytes": st.sampled_from([1 << 30, 1500, 4000]),
+        "max_records_per_scope": st.sampled_from([None, 1, 3, "share"]),
+        "max_bytes_per_scope": st.sampled_from([None, 800, 2500, "share"]),
+    }
+)
+
+
+def _answer(coro: Any) -> Any:
+    """What an operation answered: its value, or the refusal it raised (kind and words)."""
+    try:
+        return _run(coro)
+    except RefusedError as exc:
+        return (type(exc).__name__, str(exc))
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(ops=st.lists(_ACT, max_size=60), bounds=_BOUNDS)
+def test_answers_as_the_two_table_store_it_replaced(
+    ops: list[tuple[str, int, int, int, float, int]], bounds: dict[str, Any]
+) -> None:
+    """Every answer (claims, records read back, booleans, refusals), `len` and the outcomes not
+    kept are those of the store with claims and completed records in two tables, on random
+    operations with and without tight bounds; after `len` (both hold only live records) the
+    bytes they count agree too."""
+    clock = FakeClock()
+    before, after = MemoryStoreBefore(clock=clock, **bounds), MemoryStore(clock=clock, **bounds)
+    stores = (before, after)
+    claimed: list[tuple[str, str, str, str]] = []  # (owner, fingerprint, scope, key)
+    trace: list[str] = [str(bounds)]
+    for n, (op, s, k, who, seconds, v) in enumerate(ops):
+        scope, key = _SCOPES[s], _KEYS[k]
+        trace.append(f"{op} {s} {k} {who} {seconds} {v}")
+        if op == "advance":
+            clock.advance(seconds)
+            continue
+        if op in ("claim", "claim-keep"):
+            owner, fp = (f"{n:032x}" if n % 3 else f"owner-{n}"), _FPS[v % len(_FPS)]
+        elif who < 4 and who // 2 < len(claimed):
+            owner, fp, own_scope, own_key = claimed[-1 - who // 2]
+            if who % 2 == 0:
+                scope, key = own_scope, own_key
+        else:
+            owner, fp = "e" * 32, _FPS[v % len(_FPS)]
+        if op in ("claim", "claim-keep", "claim-again"):
+            keep = 0.0 if op == "claim" else 15.0
+            answers = [
+                _answer(x.claim(scope, key, fp, owner, seconds, keep_lapsed=keep)) for x in stores
+            ]
+            if op != "claim-again" and getattr(answers[0], "claimed", False):
+                claimed.append((owner, fp, scope, key))
+        elif op == "renew":
+            answers = [_answer(x.renew(scope, key, owner, seconds)) for x in stores]
+        elif op.startswith("complete"):
+            given_fp = None if op == "complete-nofp" else fp
+            replaceable = op == "complete-replaceable"
+            answers = [
+                _answer(
+                    x.complete(
+                        scope,
+                        key,
+                        owner,
+                        _OUTCOMES[v],
+                        seconds,
+                        fingerprint=given_fp,
+                        replaceable=replaceable,
+                    )
+                )
+                for x in stores
+            ]
+        elif op.startswith("release"):
+            lapse = op == "release-lapse"
+            answers = [_answer(x.release(scope, key, owner, lapse=lapse)) for x in stores]
+        elif op == "get":
+            answers = [_answer(x.get(scope, key)) for x in stores]
+        else:
+            answers = [len(x) for x in stores]
+            assert before.bytes_used == after.bytes_used, "\n".join(trace)
+        assert answers[0] == answers[1], "\n".join(trace)
+        assert before.outcomes_not_kept == after.outcomes_not_kept, "\n".join(trace)
+        # Every key read back agrees too (reads remove nothing: neither store is tidied up).
+        for sc in _SCOPES:
+            for ky in _KEYS:
+                assert _run(before.get(sc, ky)) == _run(after.get(sc, ky)), "\n".join(trace)
