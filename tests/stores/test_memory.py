@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,13 +47,25 @@ async def test_flood_one_scope_others_unaffected() -> None:
     await flood_scenario(MemoryStore(max_records_per_scope=5), 5)
 
 
-# -- claims in progress (`_Claims`): accounting under any interleaving ------------------------
+# -- the one table: accounting under any interleaving -----------------------------------------
 
 _OPS = st.lists(
     st.tuples(
-        st.sampled_from(["claim", "renew", "complete", "release", "advance"]),
+        st.sampled_from(
+            [
+                "claim",
+                "claim-keep",
+                "renew",
+                "complete",
+                "release",
+                "release-lapse",
+                "len",
+                "advance",
+            ]
+        ),
         st.integers(0, 5),  # which key (keys 0-2 in scope A, 3-5 in scope B)
         st.integers(1, 40),  # seconds, for "advance"
+        st.sampled_from([b'{"v":1,"result":{}}', b"x" * 700]),  # an outcome, for "complete"
     ),
     max_size=60,
 )
@@ -67,55 +81,75 @@ def _run(coro: Any) -> Any:
 
 
 @settings(max_examples=examples(150), deadline=None)
-@given(ops=_OPS, quota=st.sampled_from([None, 2]), share=st.sampled_from(["share", 1500]))
-def test_claim_accounting_matches_what_is_held(
-    ops: list[tuple[str, int, int]], quota: int | None, share: Any
+@given(
+    ops=_OPS,
+    quota=st.sampled_from([None, 2]),
+    share=st.sampled_from([None, "share", 1500]),
+    max_bytes=st.sampled_from([256 << 20, 2000]),
+)
+def test_accounting_matches_what_is_held(
+    ops: list[tuple[str, int, int, bytes]], quota: int | None, share: Any, max_bytes: int
 ) -> None:
-    """Bytes, per-scope counts and the expiry heap of the claims in progress always agree with
-    the claims actually held, through claims, renewals, completions, releases and expiry."""
+    """Bytes, per-scope counts and the expiry heap always agree with the records actually held
+    (claims, lapsed claims, completed records and tombstones, in one table), through claims,
+    renewals, completions, releases and expiry."""
     clock = FakeClock()
     store = MemoryStore(
-        clock=clock, max_records=4, max_records_per_scope=quota, max_bytes_per_scope=share
+        clock=clock,
+        max_records=4,
+        max_bytes=max_bytes,
+        max_records_per_scope=quota,
+        max_bytes_per_scope=share,
     )
     owners: dict[int, str] = {}
-    for op, i, seconds in ops:
+    most = 0  # the most records held at once
+    for op, i, seconds, outcome in ops:
         scope, key = ("a" * 64 if i < 3 else "b" * 64), f"k{i}"
         owner = owners.setdefault(i, f"{i:032x}")
         try:
-            if op == "claim":
-                _run(store.claim(scope, key, "f" * 64, owner, 30.0))
+            if op in ("claim", "claim-keep"):
+                keep = 20.0 if op == "claim-keep" else 0.0
+                _run(store.claim(scope, key, "f" * 64, owner, 30.0, keep_lapsed=keep))
             elif op == "renew":
                 _run(store.renew(scope, key, owner, 30.0))
             elif op == "complete":
-                _run(store.complete(scope, key, owner, b'{"v":1,"result":{}}', 60.0))
-            elif op == "release":
-                _run(store.release(scope, key, owner))
+                _run(store.complete(scope, key, owner, outcome, 60.0, fingerprint="f" * 64))
+            elif op in ("release", "release-lapse"):
+                _run(store.release(scope, key, owner, lapse=op == "release-lapse"))
             else:
                 clock.advance(seconds)
         except (StoreFullError, QuotaExceededError):
             pass
-        claims = store._running
-        # Each claim also holds the room its tombstone may need (a hard budget).
-        assert claims.bytes == sum(e.base + TOMBSTONE_RESERVE for e in claims.entries.values())
-        assert len(claims.heap) <= 2 * len(claims.entries) + 17
-        # every held claim has a heap entry at its current expiry, so expiry will find it
-        assert all((e.expires, rid) in claims.heap for rid, e in claims.entries.items())
-        # Per scope (on by default): the records present, and the bytes they count.
+        entries = store._entries
+        # Each claim also holds the room its tombstone may need (a hard budget); a completed
+        # record (a tombstone too) its outcome.
+        sizes = {
+            rid: e.base + (TOMBSTONE_RESERVE if e.outcome is None else len(e.outcome))
+            for rid, e in entries.items()
+        }
+        assert store._bytes == store.bytes_used == sum(sizes.values())
+        # Stale heap entries stay bounded: the heap is rebuilt before it passes twice the most
+        # records held (the bound holds at the push; removals since leave the heap as it is).
+        most = max(most, len(entries))
+        assert len(store._heap) <= 2 * most + 17
+        # every record has a heap entry at its current `until`, so expiry will find it
+        assert all((e.expires + e.keep, rid) in store._heap for rid, e in entries.items())
+        # Per scope (with a per-scope bound only): the records present, the bytes they count.
         present: dict[bytes, int] = {}
-        sizes: dict[bytes, int] = {}
-        held = [(rid, e.base + TOMBSTONE_RESERVE) for rid, e in claims.entries.items()]
-        done_items = [(r, e.size()) for r, e in store._done.entries.items()]
-        for rid, size in [*held, *done_items]:
+        scope_bytes: dict[bytes, int] = {}
+        for rid, size in sizes.items():
             present[_scope_of(rid)] = present.get(_scope_of(rid), 0) + 1
-            sizes[_scope_of(rid)] = sizes.get(_scope_of(rid), 0) + size
-        assert store._scopes.records == present
-        assert store._scopes.bytes == sizes
-        now = clock()
-        done = store._done
-        live_claims = sum(1 for e in claims.entries.values() if e.expires > now)
-        live_done = sum(1 for e in done.entries.values() if e.expires > now)
-        assert len(store) == live_claims + live_done
-        assert not any(e.expires <= now for e in claims.entries.values())  # len() expired them
+            scope_bytes[_scope_of(rid)] = scope_bytes.get(_scope_of(rid), 0) + size
+        if quota is None and share is None:
+            assert store._scopes == {}
+        else:
+            assert {sid: c.records for sid, c in store._scopes.items()} == present
+            assert {sid: c.bytes for sid, c in store._scopes.items()} == scope_bytes
+        if op == "len":  # only now: the other checks run with expired records still held too
+            now = clock()
+            live = sum(1 for e in entries.values() if e.status(now) is not None)
+            assert len(store) == live
+            assert all(e.until() > now for e in store._entries.values())  # the rest expired
 
 
 def _pack_by_round_trip(fingerprint: str, owner: str) -> Any:
@@ -145,7 +179,7 @@ def test_pack_is_the_round_trip(fingerprint: str, owner: str) -> None:
     assert _pack(fingerprint, owner) == _pack_by_round_trip(fingerprint, owner)
     store = MemoryStore()
     _run(store.claim("s" * 64, "k", fingerprint, owner, 30.0))
-    (entry,) = store._running.entries.values()
+    (entry,) = store._entries.values()
     assert entry.meta == _pack_by_round_trip(fingerprint, owner)
     record = _run(store.get("s" * 64, "k"))
     assert (record.fingerprint, record.owner) == (fingerprint, owner)
@@ -185,40 +219,48 @@ def test_a_kept_outcome_costs_its_own_size_not_its_writers_buffer() -> None:
 _SCOPES = ["a" * 64, "b" * 64, "plain"]  # two packed scope ids, one not
 _KEYS = ["k0", "k1", "k2"]
 _FPS = ["f" * 64, "fp"]  # packed, not
-# From a few bytes to past every byte bound below: some outcomes become tombstones.
-_OUTCOMES = [b"{}", b'{"v":1,"result":{}}', b"x" * 300, b"y" * 3000]
+# From a few bytes to past every byte bound below: some outcomes become tombstones; two cost
+# what their claim did (the room it held for a tombstone), and a byte more.
+_OUTCOMES = [
+    b"{}",
+    b"z" * TOMBSTONE_RESERVE,
+    b"w" * (TOMBSTONE_RESERVE + 1),
+    b"x" * 300,
+    b"y" * 3000,
+]
 
+_ACTS = [
+    "claim",
+    "claim-keep",
+    "claim-again",  # a recent claim's owner claims (again) with its fingerprint
+    "renew",
+    "complete",
+    "complete-nofp",
+    "complete-replaceable",
+    "release",
+    "release-lapse",
+    "get",
+    "len",
+    "advance",
+]
 _ACT = st.tuples(
-    st.sampled_from(
-        [
-            "claim",
-            "claim-keep",
-            "claim-again",  # a recent claim's owner claims (again) with its fingerprint
-            "renew",
-            "complete",
-            "complete-nofp",
-            "complete-replaceable",
-            "release",
-            "release-lapse",
-            "get",
-            "len",
-            "advance",
-        ]
-    ),
+    st.sampled_from(_ACTS),
     st.integers(0, len(_SCOPES) - 1),
     st.integers(0, len(_KEYS) - 1),
     st.integers(0, 4),  # whose: a recent claim's owner (on its own key when even), 4 an intruder
     st.sampled_from([0.0, 1.0, 10.0, 60.0]),  # lease, retention or time passing
     st.integers(0, len(_OUTCOMES) - 1),  # which fingerprint (claims) or outcome (completions)
 )
-_BOUNDS = st.fixed_dictionaries(
-    {
-        "max_records": st.sampled_from([100_000, 2, 5]),
-        "max_bytes": st.sampled_from([1 << 30, 1500, 4000]),
-        "max_records_per_scope": st.sampled_from([None, 1, 3, "share"]),
-        "max_bytes_per_scope": st.sampled_from([None, 800, 2500, "share"]),
-    }
-)
+# Each bound mostly off (or roomy), else tight enough to be met within a few operations; 934
+# bytes is exactly two claims with packed ids, owners and fingerprints (met to the byte).
+_PACKED_CLAIM = 320 + 33 + len("k0") + 48 + TOMBSTONE_RESERVE
+_BOUND_CHOICES: dict[str, list[Any]] = {
+    "max_records": [100_000, 100_000, 3, 6],
+    "max_bytes": [1 << 30, 1 << 30, 1500, 4000, 2 * _PACKED_CLAIM],
+    "max_records_per_scope": [None, None, "share", 1, 3],
+    "max_bytes_per_scope": [None, None, "share", 800, 2500, 2 * _PACKED_CLAIM],
+}
+_BOUNDS = st.fixed_dictionaries({k: st.sampled_from(v) for k, v in _BOUND_CHOICES.items()})
 
 
 def _answer(coro: Any) -> Any:
@@ -229,15 +271,15 @@ def _answer(coro: Any) -> Any:
         return (type(exc).__name__, str(exc))
 
 
-@settings(max_examples=examples(400), deadline=None)
-@given(ops=st.lists(_ACT, max_size=60), bounds=_BOUNDS)
-def test_answers_as_the_two_table_store_it_replaced(
-    ops: list[tuple[str, int, int, int, float, int]], bounds: dict[str, Any]
+def _same_answers(
+    ops: list[tuple[str, int, int, int, float, int]],
+    bounds: dict[str, Any],
+    *,
+    packed_only: bool = False,
 ) -> None:
     """Every answer (claims, records read back, booleans, refusals), `len` and the outcomes not
-    kept are those of the store with claims and completed records in two tables, on random
-    operations with and without tight bounds; after `len` (both hold only live records) the
-    bytes they count agree too."""
+    kept are those of the store with claims and completed records in two tables; after `len`
+    (both hold only live records then) the bytes they count agree too."""
     clock = FakeClock()
     before, after = MemoryStoreBefore(clock=clock, **bounds), MemoryStore(clock=clock, **bounds)
     stores = (before, after)
@@ -251,6 +293,8 @@ def test_answers_as_the_two_table_store_it_replaced(
             continue
         if op in ("claim", "claim-keep"):
             owner, fp = (f"{n:032x}" if n % 3 else f"owner-{n}"), _FPS[v % len(_FPS)]
+            if packed_only:  # every claim the same size
+                owner, fp, scope = f"{n:032x}", _FPS[0], _SCOPES[s % 2]
         elif who < 4 and who // 2 < len(claimed):
             owner, fp, own_scope, own_key = claimed[-1 - who // 2]
             if who % 2 == 0:
@@ -297,3 +341,71 @@ def test_answers_as_the_two_table_store_it_replaced(
         for sc in _SCOPES:
             for ky in _KEYS:
                 assert _run(before.get(sc, ky)) == _run(after.get(sc, ky)), "\n".join(trace)
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(ops=st.lists(_ACT, max_size=80), bounds=_BOUNDS)
+def test_answers_as_the_two_table_store_it_replaced(
+    ops: list[tuple[str, int, int, int, float, int]], bounds: dict[str, Any]
+) -> None:
+    _same_answers(ops, bounds)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_answers_as_the_two_table_store_on_long_runs(seed: int) -> None:
+    """Long runs drawn evenly (hypothesis favours short, simple ones): take-overs sent again,
+    completions over completed records; and, with renewals many times as frequent as time
+    passing, heaps rebuilt once stale entries outnumber live ones."""
+    rng = random.Random(seed)
+    acts = _ACTS + ["renew", "claim-again"] * 8 if seed % 2 else _ACTS
+    ops = [
+        (
+            rng.choice(acts),
+            rng.randrange(len(_SCOPES)),
+            rng.randrange(2),  # two keys: they meet often
+            rng.randrange(5),
+            rng.choice([0.0, 1.0, 10.0, 60.0]),
+            rng.randrange(len(_OUTCOMES)),
+        )
+        for _ in range(400)
+    ]
+    bounds = {k: rng.choice(v) for k, v in _BOUND_CHOICES.items()}
+    _same_answers(ops, bounds)
+
+
+def test_a_heap_of_stale_entries_is_rebuilt_by_the_next_claim() -> None:
+    clock = FakeClock()
+    store = MemoryStore(clock=clock, max_records_per_scope=None)
+    owners = [f"{i:032x}" for i in range(5)]
+    for i, owner in enumerate(owners):
+        _run(store.claim("s" * 64, f"k{i}", "f" * 64, owner, 30.0))
+    while len(store._heap) < 2 * 5 + 17:  # renewals leave their old entries behind
+        assert _run(store.renew("s" * 64, "k0", owners[0], 30.0))
+    for i in range(1, 5):
+        assert _run(store.release("s" * 64, f"k{i}", owners[i]))
+    _run(store.claim("s" * 64, "new", "f" * 64, "e" * 32, 10.0))
+    assert sorted(store._heap) == sorted((e.until(), r) for r, e in store._entries.items())
+    clock.advance(20)  # the new claim's lease ends, k0's does not
+    assert [_run(store.get("s" * 64, k)) is None for k in ("k0", "new")] == [False, True]
+    assert len(store) == 1
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    ops=st.lists(_ACT, max_size=80),
+    claims=st.integers(1, 3),
+    slack=st.sampled_from([-1, 0, 1]),
+    per_scope=st.booleans(),
+)
+def test_answers_as_the_two_table_store_at_a_budget_met_to_the_byte(
+    ops: list[tuple[str, int, int, int, float, int]], claims: int, slack: int, per_scope: bool
+) -> None:
+    """Claims all the same size against a byte budget (the store's or each scope's) of a whole
+    number of them, a byte less or a byte more: every bound met exactly, or missed by one."""
+    budget = claims * _PACKED_CLAIM + slack
+    bounds: dict[str, Any] = {
+        "max_bytes": 1 << 30 if per_scope else budget,
+        "max_records_per_scope": None,
+        "max_bytes_per_scope": budget if per_scope else None,
+    }
+    _same_answers(ops, bounds, packed_only=True)
