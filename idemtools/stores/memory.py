@@ -9,10 +9,16 @@ Claims in progress (expiry = lease, moved on every renewal), lapsed claims and c
 entry's status follows from itself (no outcome yet: a claim). One table because every keyed
 first execution claims and then completes: the claim becomes its completed record in place, no
 second dict write, no change to the record counts, one byte sum to move by the outcome's size
-less the claim's tombstone room, one heap push. A moved expiry (renewal, completion) leaves its
-old heap entry behind, skipped when it comes up; the heap is rebuilt from the dict once stale
-entries outnumber live ones. Ids, fingerprints and owner tokens are kept as raw bytes when they
-are the hex strings the engine produces, and turned back into the same strings in `Record`.
+less the claim's tombstone room, no heap push.
+
+Each record has a heap entry at or before its expiry (once a claim's lease ran out: before the
+end of its lapsed keep). An entry that comes up finds its record gone (skipped), over (removed),
+or moved later by a renewal or a completion: pushed again at its expiry, or at the end of its
+keep. So moving an expiry later pushes nothing, and a completed record holds one heap entry, not
+also its claim's (the engine keeps lapsed claims for the retention, so a claim's keep ends
+after its completed record's). The heap is rebuilt from the dict once stale entries outnumber
+live ones. Ids, fingerprints and owner tokens are kept as raw bytes when they are the hex
+strings the engine produces, and turned back into the same strings in `Record`.
 
 Bounds
 ------
@@ -369,27 +375,37 @@ class MemoryStore:
         if entry is not None:
             self._count(_scope_of(rid) if sid is None else sid, -1, -entry.size())
 
-    def _moved(self, rid: bytes, until: float) -> None:
-        """Note a record's new `until` (a new record, a renewal, a completion, a lapse)."""
+    def _moved(self, rid: bytes, at: float) -> None:
+        """A heap entry at `at` for record `rid`: a new record, or one whose expiry (or lapsed
+        keep's end) moved before its heap entries (see `_expire`)."""
         heap = self._heap
         if len(heap) > 2 * len(self._entries) + 16:  # mostly stale: rebuild from the table
-            self._rebuild()  # the record's new `until` included
+            self._rebuild()  # the record's new expiry included
         else:
-            heapq.heappush(heap, (until, rid))
+            heapq.heappush(heap, (at, rid))
 
     def _rebuild(self) -> None:
-        """The heap anew from the table: each record's `until`, nothing stale."""
+        """The heap anew from the table: each record's expiry, nothing stale (a lapsed
+        claim's entry comes up at once and is pushed again at the end of its keep)."""
         heap = self._heap
-        heap[:] = [(e.expires + e.keep, r) for r, e in self._entries.items()]
+        heap[:] = [(e.expires, r) for r, e in self._entries.items()]
         heapq.heapify(heap)
 
     def _expire(self, now: float) -> None:
-        """Remove every record whose `until` has passed."""
+        """Remove every record whose `until` has passed (see the module docstring: each record
+        has a heap entry at or before its expiry, or before its lapsed keep's end)."""
         heap, entries = self._heap, self._entries
         while heap and heap[0][0] <= now:
             rid = heapq.heappop(heap)[1]
             entry = entries.get(rid)
-            if entry is not None and entry.expires + entry.keep <= now:  # else moved on
+            if entry is None:
+                continue  # removed: a stale entry
+            expires = entry.expires
+            if expires > now:  # moved later (a renewal, a completion): looked at then
+                heapq.heappush(heap, (expires, rid))
+            elif expires + entry.keep > now:  # a lapsed claim: looked at when its keep ends
+                heapq.heappush(heap, (expires + entry.keep, rid))
+            else:
                 self._drop(rid)
 
     def __len__(self) -> int:
@@ -443,7 +459,7 @@ class MemoryStore:
             if len(heap) > 2 * len(entries) + 16:
                 self._rebuild()
             else:
-                heapq.heappush(heap, (expires + keep_lapsed, rid))  # `entry.until()`
+                heapq.heappush(heap, (expires, rid))
             return _CLAIMED
 
     def _claim_found(
@@ -494,7 +510,7 @@ class MemoryStore:
             self._count(sid, 1, taken.size())
         else:
             self._count(sid, 0, taken.size() - held.size())
-        self._moved(rid, taken.until())
+        self._moved(rid, taken.expires)
         return Claim(True, None, lapsed)
 
     def _over_bound(self, sid: bytes, size: int, key: str) -> RefusedError | None:
@@ -535,8 +551,10 @@ class MemoryStore:
             entry = self._held(rid, owner, now)
             if entry is None:
                 return False
+            lease_end = entry.expires
             entry.expires = now + lease
-            self._moved(rid, entry.until())
+            if entry.expires < lease_end:  # a shorter lease than was left
+                self._moved(rid, entry.expires)
             return True
 
     async def complete(
@@ -572,15 +590,15 @@ class MemoryStore:
                     and self._bytes + grow <= self.max_bytes
                     and (share is None or self._scopes.get(sid, _NO_SCOPE).bytes + grow <= share)
                 ):
+                    lease_end = entry.expires
                     entry.outcome, entry.expires, entry.replaceable = outcome, expires, replaceable
                     # Claims' bookkeeping ends here (claimed_at is a claim's, not an outcome's).
                     entry.keep, entry.claimed, entry.took_over = 0.0, None, None
                     self._count(sid, 0, grow)
-                    heap = self._heap
-                    if len(heap) > 2 * len(self._entries) + 16:
-                        self._rebuild()
-                    else:  # the claim's entry goes stale, skipped when it comes up
-                        heapq.heappush(heap, (expires, rid))
+                    # The claim's heap entry (at or before its lease's end) serves, unless the
+                    # record ends sooner or the lease ran out (the entry may be at the keep's end).
+                    if expires < lease_end or lease_end <= now:
+                        self._moved(rid, expires)
                     return True
             return self._complete(
                 rid, sid, entry, key, owner, outcome, retention, fingerprint, replaceable, now
@@ -633,7 +651,7 @@ class MemoryStore:
         if record.expires > now:
             self._entries[rid] = record
             self._count(sid, 1, record.size())
-            self._moved(rid, record.expires)
+            self._moved(rid, record.expires)  # may be before its heap entries: one anew
         # else kept for no time at all (as TLRUCache did): nothing stays under rid
         return True
 
@@ -665,7 +683,7 @@ class MemoryStore:
                 return False
             if lapse and entry.keep > 0:
                 entry.expires = now  # LAPSED from now, for its keep
-                self._moved(rid, entry.until())
+                self._moved(rid, entry.until())  # its lease's end was later
             else:
                 self._drop(rid)
             return True
