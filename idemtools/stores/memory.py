@@ -1,16 +1,24 @@
-"""MemoryStore: the embedded default, one process, records in two dicts with heaps of expiries.
+"""MemoryStore: the embedded default, one process, every record in one dict with a heap of expiries.
 
-Each record has its own expiry, and expired records are removed on every write. Nothing is ever
-evicted (what an idempotency store must never do): a claim that would need room is refused with
-`StoreFullError` instead.
+Each record has its own expiry, and expired records are removed by every claim, before its
+bounds are checked. Nothing is ever evicted (what an idempotency store must never do): a claim
+that would need room is refused with `StoreFullError` instead.
 
-Claims in progress (expiry = lease, moved on every renewal) and completed records (expiry =
-retention, written once) each live in a `_Records`: a plain dict with a heap of expiries. Every
-keyed call adds a claim and a moment later moves it, with its outcome, to the completed records;
-cachetools' TLRUCache, which held the completed records before, made that write (its LRU order,
-timer and size callback) the largest cost of a first execution. Ids, fingerprints and owner
-tokens are kept as raw bytes when they are the hex strings the engine produces, and turned back
-into the same strings in `Record`.
+Claims in progress (expiry = lease, moved on every renewal), lapsed claims and completed records
+(expiry = retention) all live in one dict, id -> `_Entry`, with one min-heap of (until, id); an
+entry's status follows from itself (no outcome yet: a claim). One table because every keyed
+first execution claims and then completes: the claim becomes its completed record in place, no
+second dict write, no change to the record counts, one byte sum to move by the outcome's size
+less the claim's tombstone room, no heap push.
+
+Each record has a heap entry at or before its expiry (once a claim's lease ran out: before the
+end of its lapsed keep). An entry that comes up finds its record gone (skipped), over (removed),
+or moved later by a renewal or a completion: pushed again at its expiry, or at the end of its
+keep. So moving an expiry later pushes nothing, and a completed record holds one heap entry, not
+also its claim's (the engine keeps lapsed claims for the retention, so a claim's keep ends
+after its completed record's). The heap is rebuilt from the dict once stale entries outnumber
+live ones. Ids, fingerprints and owner tokens are kept as raw bytes when they are the hex
+strings the engine produces, and turned back into the same strings in `Record`.
 
 Bounds
 ------
@@ -21,9 +29,9 @@ All checked inside the claim's lock, none ever met by evicting:
   outcome, id, fingerprint and owner plus `RECORD_OVERHEAD` bytes for the Python objects around
   them (measured with tracemalloc on CPython 3.11: about 400 bytes for a claim with a 12-byte
   key). Counting records alone allowed 100,000 × 1 MiB ≈ 94 GiB; bytes are what runs a process
-  out of memory. The sums change in one place only, `_Records.add` and `_Records.remove` (both
-  through `_Records.count`), which every write goes through, so every write path is accounted
-  for, and an expired record stops counting when it is removed;
+  out of memory. The sums change in one place only, `MemoryStore._count`, which every write
+  goes through, so every write path is accounted for, and an expired record stops counting
+  when it is removed (a claim or a bound met removes expired records before it refuses);
 * `max_records_per_scope` and `max_bytes_per_scope` (default: a tenth of the store each,
   `SCOPE_SHARE`): live records and bytes per scope, so one caller flooding unique keys is
   refused with `QuotaExceededError` while every other scope claims on.
@@ -36,9 +44,9 @@ retry is refused with `idempotency_outcome_not_kept`, never run again.
 
 Lapsed claims
 -------------
-A claim made with `keep_lapsed` stays in the claims' `_Records` after its lease ran out, LAPSED,
-until `keep_lapsed` seconds past it (its heap entry is that instant): it keeps counting in every
-bound above like the claim it was, and the next claim of its key finds it.
+A claim made with `keep_lapsed` stays in the table after its lease ran out, LAPSED, until
+`keep_lapsed` seconds past it (its heap entry is that instant): it keeps counting in every bound
+above like the claim it was, and the next claim of its key finds it.
 """
 
 from __future__ import annotations
@@ -80,9 +88,9 @@ _Meta = bytes | tuple[str, str]
 
 
 class _Entry:
-    # Mutable on purpose: renew/complete update in place and re-set the item to move its expiry.
-    # Status is not stored: it is which `_Records` holds the entry (and, for a claim, whether
-    # its lease ran out: LAPSED while `keep` lasts).
+    # Mutable on purpose: renew and complete update the entry in place. Status is not stored:
+    # no outcome yet is a claim (IN_PROGRESS while `expires` lasts, then LAPSED while `keep`
+    # does), an outcome is a completed record (a tombstone is bytes too).
     __slots__ = (
         "base",
         "claimed",
@@ -111,20 +119,29 @@ class _Entry:
         # The lapsed claim this claim took over (owner, claimed, lapsed, until), so a
         # take-over sent again is answered with it again.
         self.took_over: tuple[str, float | None, float, float] | None = None
-        # The bytes this record costs before it has an outcome (see RECORD_OVERHEAD).
+        # The bytes this record costs besides its outcome (see RECORD_OVERHEAD).
         if isinstance(meta, bytes):
             self.base = RECORD_OVERHEAD + id_size + len(meta)
         else:
             self.base = RECORD_OVERHEAD + id_size + _UNPACKED_META + len(meta[0]) + len(meta[1])
 
     def size(self) -> int:
-        """What this record costs now: an outcome added by `complete` counts from then on."""
+        """What this record counts in the bounds: a claim holds the room its tombstone may
+        need (`TOMBSTONE_RESERVE`), a completed record its outcome."""
         outcome = self.outcome
-        return self.base if outcome is None else self.base + len(outcome)
+        return self.base + TOMBSTONE_RESERVE if outcome is None else self.base + len(outcome)
 
     def until(self) -> float:
         """When nothing of the record is left: its expiry, or the end of its lapsed keep."""
         return self.expires + self.keep
+
+    def status(self, now: float) -> Status | None:
+        """The record's status at `now`; None once nothing of it is left (`until` passed)."""
+        if self.expires > now:
+            return Status.IN_PROGRESS if self.outcome is None else Status.COMPLETED
+        if self.outcome is None and self.expires + self.keep > now:
+            return Status.LAPSED
+        return None
 
 
 def _scope_of(rid: bytes) -> bytes:
@@ -134,93 +151,17 @@ def _scope_of(rid: bytes) -> bytes:
     return rid[: 9 + int.from_bytes(rid[1:9], "big")]
 
 
-class _Scopes:
-    """Per scope: the records present (`records`) and the bytes they count (`bytes`)."""
+class _Scope:
+    """One scope's records present and the bytes they count (kept with a per-scope bound)."""
 
     __slots__ = ("bytes", "records")
 
-    def __init__(self) -> None:
-        self.records: dict[bytes, int] = {}
-        self.bytes: dict[bytes, int] = {}
-
-    def add(self, sid: bytes, delta: int, size: int) -> None:
-        """Count `delta` records and `size` bytes more for scope `sid` (`_scope_of(rid)`)."""
-        n = self.records.get(sid, 0) + delta
-        if n > 0:
-            self.records[sid] = n
-            self.bytes[sid] = self.bytes.get(sid, 0) + size
-        else:  # no entry for a scope with nothing: no slow leak
-            self.records.pop(sid, None)
-            self.bytes.pop(sid, None)
+    def __init__(self, records: int, size: int) -> None:
+        self.records = records
+        self.bytes = size
 
 
-class _Records:
-    """Records of one status: a dict, the bytes they cost, and a min-heap of (expiry, id).
-
-    Used twice: for the claims in progress (few, short-lived, moved on every renewal) and for
-    the completed records (written once, removed when their retention ends). No LRU order and
-    no size callback (TLRUCache's, which made the completed cache the largest cost of a first
-    execution): a renewal, a removal or a replacement leaves its old heap entry behind, skipped
-    when it comes up, and the heap is rebuilt from the dict once stale entries outnumber live
-    ones (as TLRUCache does). An expired record stays readable as such (callers compare
-    `expires`) until `expire` drops it, which every `add` runs first. With a per-scope quota,
-    `counts` (shared by both) counts the records present per scope.
-
-    `reserve`: bytes counted per record on top of its own (`_Entry.size`): a claim holds the
-    room its tombstone may need (`TOMBSTONE_RESERVE`), a completed record nothing.
-    """
-
-    __slots__ = ("bytes", "counts", "entries", "heap", "reserve")
-
-    def __init__(self, counts: _Scopes | None, reserve: int = TOMBSTONE_RESERVE) -> None:
-        self.entries: dict[bytes, _Entry] = {}
-        self.heap: list[tuple[float, bytes]] = []
-        self.bytes = 0  # the sum over the entries of their size plus `reserve`
-        self.counts = counts
-        self.reserve = reserve
-
-    def count(self, sid: bytes, records: int, size: int) -> None:
-        """The one place the byte sums change: `records` more records costing `size` more
-        bytes, here and (with a per-scope quota) in scope `sid`'s counts."""
-        self.bytes += size
-        if self.counts is not None:
-            self.counts.add(sid, records, size)
-
-    def add(self, rid: bytes, entry: _Entry, now: float, sid: bytes) -> None:
-        """Hold `entry` under `rid` (replacing what is there); `sid` is `_scope_of(rid)`."""
-        heap = self.heap
-        if heap and heap[0][0] <= now:
-            self.expire(now)
-        old = self.entries.get(rid)
-        self.entries[rid] = entry
-        size = entry.size() + self.reserve
-        if old is None:
-            self.count(sid, 1, size)
-        else:
-            self.count(sid, 0, size - old.size() - self.reserve)
-        self.moved(rid, entry)
-
-    def moved(self, rid: bytes, entry: _Entry) -> None:
-        """Note `entry.expires` (a new record, or a renewal that just moved it)."""
-        heap = self.heap
-        if len(heap) > 2 * len(self.entries) + 16:
-            heap[:] = [(e.until(), r) for r, e in self.entries.items()]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (entry.until(), rid))
-
-    def remove(self, rid: bytes, sid: bytes | None = None) -> None:
-        """Remove a record; `sid` is `_scope_of(rid)` when the caller has it already."""
-        entry = self.entries.pop(rid, None)
-        if entry is not None:
-            self.count(_scope_of(rid) if sid is None else sid, -1, -entry.size() - self.reserve)
-
-    def expire(self, now: float) -> None:
-        heap, entries = self.heap, self.entries
-        while heap and heap[0][0] <= now:
-            _, rid = heapq.heappop(heap)
-            entry = entries.get(rid)
-            if entry is not None and entry.until() <= now:  # else moved: a newer entry follows
-                self.remove(rid)
+_NO_SCOPE = _Scope(0, 0)  # read (never written) for a scope that holds nothing
 
 
 _RESTARTS = (
@@ -341,11 +282,12 @@ class MemoryStore:
         self.outcomes_not_kept = 0
         """Completions recorded as a tombstone because the outcome did not fit `max_bytes`."""
         # Nothing is ever evicted: `claim` and `complete` check every bound first.
-        self._scopes = _Scopes()
+        self._entries: dict[bytes, _Entry] = {}  # every record: claims, lapsed, completed
+        self._heap: list[tuple[float, bytes]] = []  # (until, id); stale ones skipped
+        self._bytes = 0  # the sum of the entries' `size()`
+        # Per scope, counted only with a per-scope bound (records, bytes as in `_bytes`).
+        self._scopes: dict[bytes, _Scope] = {}
         self._scoped = max_records_per_scope is not None or max_bytes_per_scope is not None
-        counts = self._scopes if self._scoped else None
-        self._running = _Records(counts)
-        self._done = _Records(counts, reserve=0)
         # Async callers run these under one event loop; the lock makes threaded use safe too.
         self._lock = threading.Lock()
 
@@ -353,7 +295,7 @@ class MemoryStore:
     def bytes_used(self) -> int:
         """Estimated bytes of the records held, expired ones not yet removed included."""
         with self._lock:
-            return int(self._running.bytes + self._done.bytes)
+            return self._bytes
 
     def info(self) -> StoreInfo:
         """In-process memory, bounded by `max_records` and `max_bytes` (see `Store.info`)."""
@@ -404,25 +346,72 @@ class MemoryStore:
         )
 
     def _find(self, rid: bytes, now: float) -> tuple[_Entry, Status] | None:
-        entry = self._done.entries.get(rid)
-        if entry is not None and entry.expires > now:
-            return entry, Status.COMPLETED
-        claim = self._running.entries.get(rid)
-        if claim is not None:
-            if claim.expires > now:
-                return claim, Status.IN_PROGRESS
-            if claim.expires + claim.keep > now:
-                return claim, Status.LAPSED
-        return None
+        entry = self._entries.get(rid)
+        if entry is None:
+            return None
+        status = entry.status(now)
+        return None if status is None else (entry, status)
+
+    def _count(self, sid: bytes, records: int, size: int) -> None:
+        """The one place the byte sums change: `records` more records costing `size` more
+        bytes in scope `sid`; every write goes through it, so every write is accounted for."""
+        self._bytes += size
+        if self._scoped:
+            scope = self._scopes.get(sid)
+            if scope is None:
+                self._scopes[sid] = _Scope(records, size)
+                return
+            if records:  # else a record's size changed (a completion): its scope's bytes only
+                left = scope.records + records
+                if not left:  # no entry for a scope with nothing: no slow leak
+                    del self._scopes[sid]
+                    return
+                scope.records = left
+            scope.bytes += size
+
+    def _drop(self, rid: bytes, sid: bytes | None = None) -> None:
+        """Remove a record; `sid` is `_scope_of(rid)` when the caller has it already."""
+        entry = self._entries.pop(rid, None)
+        if entry is not None:
+            self._count(_scope_of(rid) if sid is None else sid, -1, -entry.size())
+
+    def _moved(self, rid: bytes, at: float) -> None:
+        """A heap entry at `at` for record `rid`: a new record, or one whose expiry (or lapsed
+        keep's end) moved before its heap entries (see `_expire`)."""
+        heap = self._heap
+        if len(heap) > 2 * len(self._entries) + 16:  # mostly stale: rebuild from the table
+            self._rebuild()  # the record's new expiry included
+        else:
+            heapq.heappush(heap, (at, rid))
+
+    def _rebuild(self) -> None:
+        """The heap anew from the table: each record's expiry, nothing stale (a lapsed
+        claim's entry comes up at once and is pushed again at the end of its keep)."""
+        heap = self._heap
+        heap[:] = [(e.expires, r) for r, e in self._entries.items()]
+        heapq.heapify(heap)
 
     def _expire(self, now: float) -> None:
-        self._running.expire(now)
-        self._done.expire(now)
+        """Remove every record whose `until` has passed (see the module docstring: each record
+        has a heap entry at or before its expiry, or before its lapsed keep's end)."""
+        heap, entries = self._heap, self._entries
+        while heap and heap[0][0] <= now:
+            rid = heapq.heappop(heap)[1]
+            entry = entries.get(rid)
+            if entry is None:
+                continue  # removed: a stale entry
+            expires = entry.expires
+            if expires > now:  # moved later (a renewal, a completion): looked at then
+                heapq.heappush(heap, (expires, rid))
+            elif expires + entry.keep > now:  # a lapsed claim: looked at when its keep ends
+                heapq.heappush(heap, (expires + entry.keep, rid))
+            else:
+                self._drop(rid)
 
     def __len__(self) -> int:
         with self._lock:
             self._expire(self._clock())
-            return len(self._running.entries) + len(self._done.entries)
+            return len(self._entries)
 
     async def claim(
         self,
@@ -438,27 +427,47 @@ class MemoryStore:
         rid = sid + key.encode("utf-8", "surrogatepass")  # `_id`, with the scope's part kept
         with self._lock:
             now = self._clock()
-            found = self._find(rid, now)
+            entries = self._entries
+            found = entries.get(rid)
             if found is not None:
-                return self._claim_found(rid, sid, found, fingerprint, owner, lease, keep_lapsed)
-            entry = _Entry(_pack(fingerprint, owner), now + lease, len(rid), now, keep_lapsed)
-            size = entry.size() + TOMBSTONE_RESERVE  # with the room its tombstone may need
-            refusal = self._over_bound(sid, size, key)
-            if refusal is not None:
-                # Expired records count until removed: only a store (or scope) near a bound
-                # pays for removing them and looking again.
+                status = found.status(now)
+                if status is not None:
+                    return self._claim_found(
+                        rid, sid, found, status, fingerprint, owner, lease, keep_lapsed
+                    )
+            heap = self._heap
+            if heap and heap[0][0] <= now:
+                # Expired records count in the bounds until removed; an expired record under
+                # `rid` goes too, so the claim takes its place.
                 self._expire(now)
+            expires = now + lease
+            entry = _Entry(_pack(fingerprint, owner), expires, len(rid), now, keep_lapsed)
+            size = entry.base + TOMBSTONE_RESERVE  # with the room its tombstone may need
+            quota, share = self.max_records_per_scope, self.max_bytes_per_scope
+            counts = self._scopes.get(sid, _NO_SCOPE)
+            if (
+                (quota is not None and counts.records >= quota)
+                or (share is not None and counts.bytes + size > share)
+                or len(entries) >= self.max_records
+                or self._bytes + size > self.max_bytes
+            ):
                 refusal = self._over_bound(sid, size, key)
                 if refusal is not None:
                     raise refusal
-            self._running.add(rid, entry, now, sid)
+            entries[rid] = entry
+            self._count(sid, 1, size)
+            if len(heap) > 2 * len(entries) + 16:
+                self._rebuild()
+            else:
+                heapq.heappush(heap, (expires, rid))
             return _CLAIMED
 
     def _claim_found(
         self,
         rid: bytes,
         sid: bytes,
-        found: tuple[_Entry, Status],
+        entry: _Entry,
+        status: Status,
         fingerprint: str,
         owner: str,
         lease: float,
@@ -466,7 +475,6 @@ class MemoryStore:
     ) -> Claim:
         """A claim of a key that holds a record: ours already (a re-sent claim), a lapsed
         claim of the same fingerprint to take over, or the record to answer with."""
-        entry, status = found
         now = self._clock()
         if status is Status.IN_PROGRESS and _owner_of(entry.meta) == owner:
             # Ours already: a re-sent claim, answered as the first was.
@@ -493,7 +501,16 @@ class MemoryStore:
         # The same record, under a new owner: it needs no more room than it held.
         taken = _Entry(_pack(fingerprint, owner), now + lease, len(rid), now, keep)
         taken.took_over = (lapsed.owner, entry.claimed, entry.expires, entry.until())
-        self._running.add(rid, taken, now, sid)
+        heap = self._heap
+        if heap and heap[0][0] <= now:
+            self._expire(now)  # may remove the lapsed claim itself, on a clock read since
+        held = self._entries.get(rid)
+        self._entries[rid] = taken
+        if held is None:
+            self._count(sid, 1, taken.size())
+        else:
+            self._count(sid, 0, taken.size() - held.size())
+        self._moved(rid, taken.expires)
         return Claim(True, None, lapsed)
 
     def _over_bound(self, sid: bytes, size: int, key: str) -> RefusedError | None:
@@ -502,22 +519,28 @@ class MemoryStore:
         The quota is checked first: a caller over its own quota is told so, whatever the state
         of the store as a whole.
         """
+        counts = self._scopes.get(sid, _NO_SCOPE)
         quota = self.max_records_per_scope
-        if quota is not None and self._scopes.records.get(sid, 0) >= quota:
+        if quota is not None and counts.records >= quota:
             return quota_exceeded(quota, key)
         share = self.max_bytes_per_scope
-        if share is not None and self._scopes.bytes.get(sid, 0) + size > share:
+        if share is not None and counts.bytes + size > share:
             return scope_byte_quota_exceeded(share, key)
-        running, done = self._running, self._done
-        if len(running.entries) + len(done.entries) >= self.max_records:
+        if len(self._entries) >= self.max_records:
             return store_full("memory", self.max_records, "live records", key)
-        if running.bytes + done.bytes + size > self.max_bytes:
+        if self._bytes + size > self.max_bytes:
             return store_full("memory", self.max_bytes, "bytes of records", key)
         return None
 
     def _held(self, rid: bytes, owner: str, now: float) -> _Entry | None:
-        entry = self._running.entries.get(rid)
-        if entry is None or entry.expires <= now or _owner_of(entry.meta) != owner:
+        """Our own claim in progress under `rid`, else None."""
+        entry = self._entries.get(rid)
+        if (
+            entry is None
+            or entry.outcome is not None
+            or entry.expires <= now
+            or _owner_of(entry.meta) != owner
+        ):
             return None
         return entry
 
@@ -528,8 +551,10 @@ class MemoryStore:
             entry = self._held(rid, owner, now)
             if entry is None:
                 return False
+            lease_end = entry.expires
             entry.expires = now + lease
-            self._running.moved(rid, entry)
+            if entry.expires < lease_end:  # a shorter lease than was left
+                self._moved(rid, entry.expires)
             return True
 
     async def complete(
@@ -551,48 +576,92 @@ class MemoryStore:
         rid = sid + key.encode("utf-8", "surrogatepass")  # `_id`, with the scope's part kept
         with self._lock:
             now = self._clock()
-            completed = self._done.entries.get(rid)
-            claim = self._running.entries.get(rid)
-            if completed is not None and completed.expires > now:
-                if _owner_of(completed.meta) != owner:
-                    return False  # a completed record is final...
-                if not completed.replaceable:
-                    return True  # ...and ours already: a re-sent completion
-                self._done.remove(rid, sid)  # ours, and replaceable: recorded anew below
-                entry = completed
-            elif claim is not None:
-                # Late completion: our own claim, live or not, as long as nobody re-claimed.
-                if _owner_of(claim.meta) != owner:
-                    return False
-                self._running.remove(rid, sid)  # frees its bytes, the tombstone's room included
-                entry = claim
-            elif fingerprint is not None:
-                # Our lease ran out and the expired claim is gone: nobody claimed since.
-                entry = _Entry(_pack(fingerprint, owner), now, len(rid))
-            else:
+            entry = self._entries.get(rid)
+            expires = now + retention
+            if entry is not None and entry.outcome is None and expires > now:
+                # Our claim (live or not: a late completion, as long as nobody re-claimed)
+                # becomes the completed record in place, when its outcome fits.
+                meta = entry.meta
+                ours = (meta[32:].hex() if isinstance(meta, bytes) else meta[1]) == owner
+                grow = len(outcome) - TOMBSTONE_RESERVE  # the claim held the tombstone's room
+                share = self.max_bytes_per_scope
+                if (
+                    ours
+                    and self._bytes + grow <= self.max_bytes
+                    and (share is None or self._scopes.get(sid, _NO_SCOPE).bytes + grow <= share)
+                ):
+                    lease_end = entry.expires
+                    entry.outcome, entry.expires, entry.replaceable = outcome, expires, replaceable
+                    # Claims' bookkeeping ends here (claimed_at is a claim's, not an outcome's).
+                    entry.keep, entry.claimed, entry.took_over = 0.0, None, None
+                    self._count(sid, 0, grow)
+                    # The claim's heap entry (at or before its lease's end) serves, unless the
+                    # record ends sooner or the lease ran out (the entry may be at the keep's end).
+                    if expires < lease_end or lease_end <= now:
+                        self._moved(rid, expires)
+                    return True
+            return self._complete(
+                rid, sid, entry, key, owner, outcome, retention, fingerprint, replaceable, now
+            )
+
+    def _complete(
+        self,
+        rid: bytes,
+        sid: bytes,
+        entry: _Entry | None,
+        key: str,
+        owner: str,
+        outcome: bytes,
+        retention: float,
+        fingerprint: str | None,
+        replaceable: bool,
+        now: float,
+    ) -> bool:
+        """Every completion but our claim's outcome fitting: a completed record (final, or
+        ours and replaceable), someone else's claim, an outcome kept as a tombstone, no
+        claim left, or a retention of no time."""
+        if entry is not None and entry.outcome is not None and entry.expires > now:
+            if _owner_of(entry.meta) != owner:
+                return False  # a completed record is final...
+            if not entry.replaceable:
+                return True  # ...and ours already: a re-sent completion
+            record = entry  # ours, and replaceable: recorded anew below
+        elif entry is not None and entry.outcome is None:
+            # Late completion: our own claim, live or not, as long as nobody re-claimed.
+            if _owner_of(entry.meta) != owner:
                 return False
-            entry.outcome = outcome
-            # Claims' bookkeeping ends here (claimed_at is a claim's, not an outcome's).
-            entry.keep, entry.replaceable, entry.claimed = 0.0, replaceable, None
-            entry.took_over = None
-            if self._no_room(sid, entry.size()):
-                self._expire(now)
-                if self._no_room(sid, entry.size()):
-                    entry.outcome = self._not_kept(outcome, key)
-            entry.expires = now + retention
-            if entry.expires > now:
-                self._done.add(rid, entry, now, sid)  # replaces an expired record, if any
-            else:  # kept for no time at all (as TLRUCache did): nothing stays under rid
-                self._done.remove(rid, sid)
-            return True
+            record = entry
+        elif fingerprint is not None:
+            # Our lease ran out and the expired claim is gone: nobody claimed since.
+            record = _Entry(_pack(fingerprint, owner), now, len(rid))
+        else:
+            return False
+        # Out of the table first (its bytes, a claim's tombstone room included, freed), so
+        # that the room is checked without it and expiring cannot remove it.
+        self._drop(rid, sid)
+        record.outcome = outcome
+        # Claims' bookkeeping ends here (claimed_at is a claim's, not an outcome's).
+        record.keep, record.replaceable, record.claimed = 0.0, replaceable, None
+        record.took_over = None
+        if self._no_room(sid, record.size()):
+            self._expire(now)
+            if self._no_room(sid, record.size()):
+                record.outcome = self._not_kept(outcome, key)
+        record.expires = now + retention
+        if record.expires > now:
+            self._entries[rid] = record
+            self._count(sid, 1, record.size())
+            self._moved(rid, record.expires)  # may be before its heap entries: one anew
+        # else kept for no time at all (as TLRUCache did): nothing stays under rid
+        return True
 
     def _no_room(self, sid: bytes, size: int) -> bool:
         """Whether a completed record of `size` bytes fits neither the store's budget nor the
         budget of its scope `sid` (the claim's own bytes already freed)."""
-        if self._running.bytes + self._done.bytes + size > self.max_bytes:
+        if self._bytes + size > self.max_bytes:
             return True
         share = self.max_bytes_per_scope
-        return share is not None and self._scopes.bytes.get(sid, 0) + size > share
+        return share is not None and self._scopes.get(sid, _NO_SCOPE).bytes + size > share
 
     def _not_kept(self, outcome: bytes, key: str) -> bytes:
         """The tombstone recorded in place of an outcome that does not fit `max_bytes`.
@@ -614,9 +683,9 @@ class MemoryStore:
                 return False
             if lapse and entry.keep > 0:
                 entry.expires = now  # LAPSED from now, for its keep
-                self._running.moved(rid, entry)
+                self._moved(rid, entry.until())  # its lease's end was later
             else:
-                self._running.remove(rid)
+                self._drop(rid)
             return True
 
     async def get(self, scope: str, key: str) -> Record | None:

@@ -1,10 +1,10 @@
 """ReferenceStore (the executable spec) against the suite, and MemoryStore against it.
 
-MemoryStore packs records into bytes, keeps claims and completed records each in a dict with a
-heap of expiries: an optimisation of the reference's dict and clock. Here it
-must give the reference's answers, operation by operation, on random sequences of claims,
-renewals, completions, releases, reads and time passing, with bounds on and off; claims kept
-as lapsed claims, released to lapsed, sent twice by their owner, and replaceable completions.
+MemoryStore packs records into bytes and keeps them in one dict with a heap of expiries: an
+optimisation of the reference's dict and clock. Here it must give the reference's answers,
+operation by operation, on random sequences of claims, renewals, completions, releases, reads
+and time passing, with bounds on and off; claims kept as lapsed claims, released to lapsed,
+sent twice by their owner, and replaceable completions.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def _answer(coro: Any) -> Any:
 def _left_open(reference: ReferenceStore, scope: str, key: str, owner: str, fp: str | None) -> bool:
     """A completion whose answer the spec leaves to the store: a claim whose lease ran out is
     still known to one store and may be gone from another (MemoryStore drops it on a later
-    write), so a late completion by someone else, or without a fingerprint, may go either way
+    claim), so a late completion by someone else, or without a fingerprint, may go either way
     (base.py: "without it a store may refuse such a late completion")."""
     entry = reference._records.get((scope, key))
     return (
