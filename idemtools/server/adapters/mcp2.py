@@ -369,7 +369,7 @@ class IdempotencyMiddleware:
             outcome = await self.decide(self.engine, call, run)
         else:
             outcome = await self.engine.handle(call, run)
-        return await self._answer(ctx, outcome)
+        return self._answer(ctx, outcome)
 
     # -- the phases of a keyed call ----------------------------------------------------------
 
@@ -415,7 +415,7 @@ class IdempotencyMiddleware:
             final = False  # an unknown tool ran nothing: answered, not recorded
         return Outcome(result, None, final)
 
-    async def _answer(self, ctx: Any, outcome: Outcome) -> Any:
+    def _answer(self, ctx: Any, outcome: Outcome) -> Any:
         """The engine's outcome as the SDK expects it back: a result dict, or an `MCPError`.
 
         No cancellation checkpoint first: since mcp 2.0 the SDK itself never answers a request
