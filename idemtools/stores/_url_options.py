@@ -16,7 +16,7 @@ import inspect
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode
 
 __all__ = [
     "OPTIONS",
@@ -151,10 +151,13 @@ _DRIVER = {"redis": "redis-py", "postgres": "libpq"}
 def take(url: str, kind: str) -> tuple[str, dict[str, Any]]:
     """The URL without idemtools' own options for a store of `kind`, and those options typed.
 
-    A `sqlite:` path is everything before `?` as written, so only the query is rebuilt.
+    Only the query is rebuilt; everything before `?` stays as written (a `sqlite:` path, and
+    `unix:///path` and `redis:///0`, whose empty host a parsed-and-rebuilt URL would drop:
+    `unix:/path`, which redis-py 8.2 refuses).
     """
     own = OPTIONS[kind]
     head, mark, query = url.partition("?")
+    query, hashmark, fragment = query.partition("#")
     if not mark:
         return url, {}
     found: dict[str, Any] = {}
@@ -166,10 +169,7 @@ def take(url: str, kind: str) -> tuple[str, dict[str, Any]]:
             rest.append((name, value))
     if not found:
         return url, {}
-    if kind == "sqlite":
-        return head + ("?" + urlencode(rest) if rest else ""), found
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(query=urlencode(rest))), found
+    return head + ("?" + urlencode(rest) if rest else "") + hashmark + fragment, found
 
 
 def unknown(kind: str, name: str) -> InvalidStoreURLError:

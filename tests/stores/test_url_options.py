@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from idemtools.errors import StoreFullError
 from idemtools.stores import InvalidStoreURLError, MemoryStore, SQLiteStore, from_url
-from idemtools.stores._url_options import OPTIONS, duration
+from idemtools.stores._url_options import OPTIONS, duration, take
 from tests.services import RUN_ID, need_postgres, need_redis
 
 
@@ -165,3 +165,38 @@ def test_a_value_of_the_wrong_type_is_refused_naming_the_option(
 )
 def test_durations(n: int, unit: tuple[str, float]) -> None:
     assert duration("t", f"{n}{unit[0]}") == pytest.approx(n * unit[1])
+
+
+_HEADS = [
+    "unix:///tmp/redis.sock",
+    "redis:///0",
+    "redis://127.0.0.1:6379/0",
+    "rediss://user:pw@host:6380/2",
+    "redis+cluster://127.0.0.1:7000",
+    "postgresql://postgres@127.0.0.1/test",
+    "postgresql:///test",
+]
+
+
+@given(
+    head=st.sampled_from(_HEADS),
+    theirs=st.lists(st.sampled_from(["db=1", "socket_timeout=2", "sslmode=require"]), max_size=2),
+    fragment=st.sampled_from(["", "#part"]),
+)
+def test_taking_the_options_keeps_the_url_as_written(
+    head: str, theirs: list[str], fragment: str
+) -> None:
+    # Rebuilt from its parts, `unix:///path` came back as `unix:/path` (its empty host lost),
+    # which redis-py 8.2 refuses: only the query may change.
+    kind = "postgres" if head.startswith("postgresql") else "redis"
+    own = "table=t" if kind == "postgres" else "prefix=app:"
+    rest, found = take(f"{head}?{'&'.join([own, *theirs])}{fragment}", kind)
+    assert found
+    assert rest == head + ("?" + "&".join(theirs) if theirs else "") + fragment
+
+
+def test_a_unix_socket_url_with_options_reaches_redis_py_as_written() -> None:
+    pytest.importorskip("redis")
+    store = from_url("unix:///tmp/idemtools-no-such.sock?prefix=app:&socket_timeout=2")
+    kwargs = store._client.connection_pool.connection_kwargs  # type: ignore[attr-defined]
+    assert kwargs["path"] == "/tmp/idemtools-no-such.sock" and kwargs["socket_timeout"] == 2
