@@ -6,6 +6,10 @@ Starts examples/payments_server.py as a subprocess (stdio, as an MCP host would)
 scenarios of the SEP's reference prototype and a few more. A retry is simulated by sending the
 same call again: exactly what a client does when the first answer was lost. Exits non-zero if any
 scenario does not behave as the SEP says.
+
+On stdio the server's default store keeps its records in a SQLite file in the user's state
+directory. Unless `XDG_STATE_HOME` names one, the demo points the server at a temporary state
+directory, removed at the end, and says so: a demo writes nothing under your home.
 """
 
 from __future__ import annotations
@@ -144,13 +148,29 @@ async def scenarios(session: ClientSession) -> None:
     )
 
 
+def where_records_go(env: dict[str, str], scratch: str) -> str:
+    """Point the server's state directory at `scratch` unless the caller chose a store or a
+    state directory; say where the server keeps its records."""
+    if env.get("IDEMTOOLS_STORE", "").strip():
+        return "in the store IDEMTOOLS_STORE names"
+    if env.get("XDG_STATE_HOME"):
+        return f"under XDG_STATE_HOME ({env['XDG_STATE_HOME']})"
+    env["XDG_STATE_HOME"] = scratch
+    return "in a temporary state directory, removed at the end; XDG_STATE_HOME chooses one"
+
+
 async def main() -> int:
     # The whole environment: IDEMTOOLS_STORE and XDG_STATE_HOME reach the server (the SDK passes
     # only a few variables by default).
-    params = StdioServerParameters(command=sys.executable, args=[str(SERVER)], env=dict(os.environ))
+    env = dict(os.environ)
     # The server's own log (tracebacks of the failing charge, request logs) goes to a file.
     log_path = Path(tempfile.gettempdir()) / "idemtools-demo-server.log"
-    with log_path.open("w") as errlog:
+    with (
+        tempfile.TemporaryDirectory(prefix="idemtools-demo-state-") as scratch,
+        log_path.open("w") as errlog,
+    ):
+        print(f"The server keeps its records {where_records_go(env, scratch)}.\n")
+        params = StdioServerParameters(command=sys.executable, args=[str(SERVER)], env=env)
         async with (
             stdio_client(params, errlog=errlog) as (read, write),
             ClientSession(read, write) as session,
