@@ -14,7 +14,7 @@ from typing import Any  # noqa: E402
 
 import anyio  # noqa: E402
 import pytest  # noqa: E402
-from fastmcp import FastMCP  # noqa: E402
+from fastmcp import Context, FastMCP  # noqa: E402
 from fastmcp.server.middleware import Middleware  # noqa: E402
 from mcp.shared.exceptions import MCPError  # noqa: E402
 
@@ -179,3 +179,121 @@ async def test_tools_list_schema_and_metadata() -> None:
     assert meta["charge"]["keySources"] == ["sep", "argument"]  # type: ignore[index]
     assert meta["pay"]["keyFrom"] == ["order_id", "amount"]  # type: ignore[index]
     assert meta["plain"]["keySources"] == ["sep"]  # type: ignore[index]
+
+
+# -- key_from: the values FastMCP's own validation gives the function -------------------------
+
+
+async def test_key_from_derives_from_the_values_the_tool_receives() -> None:
+    """`"100"`, `"1e2"` and `100` are one amount to `amount: float`: one derived key, so one
+    payment and two conflicts (as under a SEP key), never three payments. Arguments FastMCP's
+    validation refuses run nothing and leave no record: the same refusal again is refused again,
+    never replayed."""
+    shop, _, outcomes = make_shop()
+    async with client_for(shop, drop=0) as client:
+        for _ in range(2):
+            refused = await client.call_tool(
+                "pay", {"order_id": "A1", "amount": "abc"}, raise_on_error=False
+            )
+            assert refused.is_error
+        assert outcomes == []  # FastMCP answered; nothing ran, nothing recorded
+        first = await client.call_tool("pay", {"order_id": "A1", "amount": "100"})
+        assert first.data == {"order_id": "A1", "run": 1}
+        for spelling in ("1e2", 100, 100.0):
+            with pytest.raises(MCPError) as conflict:
+                await client.call_tool("pay", {"order_id": "A1", "amount": spelling, "note": "x"})
+            assert data_type(conflict.value) == "idempotency_key_conflict"
+    assert shop.runs == ["pay"]
+    assert outcomes == [("pay", "executed", "derived")] + [("pay", "conflict", "derived")] * 3
+
+
+def pay_server(runs: list[str], **settings: Any) -> FastMCP:
+    """A server with `pay` (its `Context` parameter injected, not an argument)."""
+    mcp = FastMCP("payments", **settings)
+    registry = Registry()
+
+    @mcp.tool
+    @idempotent(key_from=("order_id", "amount"), registry=registry)
+    async def pay(order_id: str, amount: float, ctx: Context) -> str:
+        runs.append(f"pay {amount!r}")
+        return f"paid {order_id} {amount} #{len(runs)}"
+
+    idemtools.install(mcp, registry=registry)
+    return mcp
+
+
+async def test_key_from_on_a_mounted_server_and_a_rename_is_that_tool_s_validation() -> None:
+    """A mounted server's tool is validated by that server (its strict input validation
+    refuses `"100"` for a float, and is not recorded); a `tool_names=` rename by the tool it
+    renames. Equal values derive one key through either name."""
+    runs: list[str] = []
+    child = pay_server(runs, strict_input_validation=True)
+    parent = FastMCP("front")
+    parent.mount(child, namespace="shop")
+    parent.mount(child, namespace="alias", tool_names={"pay": "settle"})
+    outcomes: list[tuple[str, str]] = []
+    idemtools.install(parent, on_outcome=lambda tool, kind, _: outcomes.append((tool, kind)))
+    async with client_for(Shop(server=parent), drop=0) as client:
+        await client.list_tools()  # names given by a mount are known from a listing
+        for name in ("shop_pay", "alias_settle"):
+            refused = await client.call_tool(
+                name, {"order_id": "B2", "amount": "100"}, raise_on_error=False
+            )
+            assert refused.is_error
+        assert runs == [] and outcomes == []  # refused by the child: nothing recorded
+        first = await client.call_tool("shop_pay", {"order_id": "B2", "amount": 100})
+        again = await client.call_tool("shop_pay", {"order_id": "B2", "amount": 100.0})
+        renamed = await client.call_tool("alias_settle", {"order_id": "B2", "amount": 1e2})
+        again_renamed = await client.call_tool("alias_settle", {"order_id": "B2", "amount": 100})
+    assert first.data == again.data == "paid B2 100.0 #1"
+    assert renamed.data == again_renamed.data == "paid B2 100.0 #2"  # another tool name
+    assert runs == ["pay 100.0", "pay 100.0"]
+
+
+async def test_key_from_with_an_injected_context_derives_from_the_validated_values() -> None:
+    """The injected `Context` is no argument; `"7.5"` and `7.5` are one amount: an equal retry
+    replays, the other spelling meets the record as a conflict."""
+    runs: list[str] = []
+    server = pay_server(runs)
+    async with client_for(Shop(server=server)) as client:
+        with pytest.raises(MCPError):  # the first answer is lost
+            await client.call_tool("pay", {"order_id": "C3", "amount": "7.5"}, timeout=0.3)
+        retried = await client.call_tool("pay", {"order_id": "C3", "amount": "7.5"})
+        with pytest.raises(MCPError) as conflict:
+            await client.call_tool("pay", {"order_id": "C3", "amount": 7.5})
+        assert data_type(conflict.value) == "idempotency_key_conflict"
+    assert retried.data == "paid C3 7.5 #1"
+    assert runs == ["pay 7.5"]
+
+
+async def test_key_from_on_a_tool_with_argument_transforms_is_the_arguments_as_sent() -> None:
+    """A tool whose arguments are mapped before its parent validates them has no validation
+    of its own to reuse: its key is derived from the arguments as sent (as for a low-level
+    handler), so an equal retry replays and another spelling is another key."""
+    from fastmcp.tools import Tool
+    from fastmcp.tools.tool_transform import ArgTransform
+
+    runs: list[str] = []
+    mcp = FastMCP("transformed")
+    registry = Registry()
+
+    @idempotent(key_from=("order_id", "amount"), registry=registry)
+    def pay(order_id: str, amount: float, note: str = "") -> str:
+        runs.append(f"pay {amount!r}")
+        return f"paid {order_id} {amount} #{len(runs)}"
+
+    mcp.add_tool(
+        Tool.from_tool(
+            Tool.from_function(pay),
+            transform_args={"note": ArgTransform(description="A note for the ledger")},
+        )
+    )
+    idemtools.install(mcp, registry=registry)
+    async with client_for(Shop(server=mcp)) as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("pay", {"order_id": "D4", "amount": 5}, timeout=0.3)
+        retried = await client.call_tool("pay", {"order_id": "D4", "amount": 5})
+        other = await client.call_tool("pay", {"order_id": "D4", "amount": "5"})
+    assert retried.data == "paid D4 5.0 #1"
+    assert other.data == "paid D4 5.0 #2"
+    assert runs == ["pay 5.0", "pay 5.0"]

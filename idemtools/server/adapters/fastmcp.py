@@ -54,6 +54,7 @@ from ...policy import Policy, policy_of
 from ...scopes import declared_local_transport, local_transport
 from . import patches
 from . import sdk_fastmcp as sdk
+from ._validated import Values
 
 if TYPE_CHECKING:
     from ...engine import Engine, ToolCall
@@ -154,6 +155,36 @@ class FastMCPTools:
             return await self.fastmcp.get_tool(name) is None
         except Exception:
             return False
+
+    async def values_of(self, name: str) -> Values | None:
+        """What FastMCP's argument validation gives tool `name`'s function, for a derived key.
+
+        Found the way FastMCP runs the call: a mounted server's tool is validated by that
+        server (its own `strict_input_validation`), and a rename (`tool_names=`) by the tool it
+        renames, both of which get the arguments as sent. A tool whose arguments are mapped
+        first (an argument transform, a transform function) or a tool class of one's own has
+        no validation to reuse: None, the arguments as sent. A lookup that fails: the same.
+        """
+        server = self.fastmcp
+        try:
+            tool = await server.get_tool(name)
+            for _ in range(_MAX_HOPS):
+                if tool is None:
+                    return None
+                renamed = sdk.renamed_from(tool)
+                if renamed is not None:
+                    tool = renamed
+                    continue
+                child, original = sdk.mounted(tool)
+                if child is not None and original is not None and hasattr(child, "get_tool"):
+                    server, tool = child, await child.get_tool(original)
+                    continue
+                return sdk.function_validator(tool, strict=sdk.strict_input(server))
+        except Exception:
+            log.warning(
+                "FastMCP get_tool(%r) failed; its key is derived from the arguments as sent", name
+            )
+        return None
 
     async def listing(self) -> list[tuple[str, Policy | None, dict[str, Any] | None]]:
         """Every tool with its policy and input schema, for `Installation.tools()` (the docs)."""

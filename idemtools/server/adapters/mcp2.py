@@ -204,6 +204,11 @@ class ToolLookup(Protocol):
 
     async def unknown(self, name: str, known_before: bool) -> bool: ...
 
+    async def values_of(self, name: str) -> Values | None:
+        """What the framework's own argument validation gives tool `name`, for a derived key
+        (`bridges.resolve`); None: no validation to reuse (the arguments as sent)."""
+        ...
+
     # Optional: `async decide(engine, call, run) -> Outcome`, called instead of
     # `engine.handle(call, run)` where the framework decides the call itself, further in.
 
@@ -287,10 +292,12 @@ class IdempotencyMiddleware:
             return False, None
         return True, policy_of(getattr(tool, "fn", None))
 
-    def values_of(self, name: str) -> Values | None:
-        """What the SDK's validation gives the tool (MCPServer's tools), for a derived key;
-        None: a low-level handler or a framework's own lookup (the arguments as sent)."""
-        if self.lookup is not None or self.tool_manager is None:
+    async def values_of(self, name: str) -> Values | None:
+        """What the SDK's validation gives the tool, for a derived key: MCPServer's tools, or a
+        framework's (its `lookup`); None: a low-level handler (the arguments as sent)."""
+        if self.lookup is not None:
+            return await self.lookup.values_of(name)
+        if self.tool_manager is None:
             return None
         return validator_of(self.tool_manager.get_tool(name))
 
@@ -355,7 +362,8 @@ class IdempotencyMiddleware:
         source: bridges.KeySource = "sep"
         if name in bridges.BRIDGED:  # a key argument or a derived key (outside the SEP)
             found = self.engine.policy_for(name, policy, by_name=self.by_name)
-            bridge = bridges.resolve(found, name, key, arguments, self.values_of(name))
+            values = await self.values_of(name) if key is None and found.key_from else None
+            bridge = bridges.resolve(found, name, key, arguments, values)
             if bridge.changed:  # the function does not ask for the key argument
                 ctx = dataclasses.replace(ctx, params={**ctx.params, "arguments": bridge.passed})
             if bridge.key is None:

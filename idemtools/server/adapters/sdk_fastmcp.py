@@ -15,29 +15,40 @@ from ..._sdk import SDK2
 
 assert SDK2, "imported on mcp 2.x only"
 
+import functools
 import importlib.metadata
 import inspect
 import sys
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastmcp import FastMCP
 from fastmcp.client.transports import memory as client_memory
 from fastmcp.server import context as _context
+from fastmcp.server import dependencies as _dependencies
 from fastmcp.server.providers.fastmcp_provider import FastMCPProviderTool
+from fastmcp.tools import FunctionTool
+from fastmcp.tools.tool_transform import TransformedTool
+from fastmcp.utilities import types as _fastmcp_types
+from pydantic_core import to_json
 
 from ._contact import Internal, set_by, sets_attribute
 from ._contact import probe as _probe
+from ._validated import Values, jsonable
 
 __all__ = [
     "INTERNALS",
     "SDK",
     "called_from_memory_transport",
     "compose_interceptors",
+    "function_validator",
     "lowlevel_of",
     "mounted",
     "probe",
+    "renamed_from",
     "set_transport",
+    "strict_input",
 ]
 
 SDK = f"fastmcp {importlib.metadata.version('fastmcp')}"
@@ -62,6 +73,28 @@ INTERNALS: tuple[Internal, ...] = (
     Internal(
         "fastmcp.client.transports.memory calls Server.run (the in-memory transport)",
         lambda: sets_attribute(client_memory.FastMCPTransport.connect_session, "run"),
+    ),
+    # A derived key (`key_from`) comes from the values FastMCP's argument validation gives a
+    # function tool: `function_validator` rebuilds that validation from these parts.
+    Internal(
+        "fastmcp.tools.FunctionTool.run validates through without_injected_parameters and "
+        "get_cached_typeadapter",
+        lambda: (
+            sets_attribute(FunctionTool.run, "without_injected_parameters")
+            and sets_attribute(FunctionTool.run, "get_cached_typeadapter")
+            and callable(_dependencies.without_injected_parameters)
+            and callable(_fastmcp_types.get_cached_typeadapter)
+        ),
+    ),
+    Internal("fastmcp.tools.FunctionTool.fn", lambda: "fn" in FunctionTool.model_fields),
+    set_by(lambda: FastMCP.__init__, "fastmcp.FastMCP.strict_input_validation"),
+    Internal(
+        "fastmcp.tools.tool_transform.TransformedTool.parent_tool / fn / forwarding_fn / "
+        "transform_args",
+        lambda: (
+            {"parent_tool", "fn", "forwarding_fn", "transform_args"}
+            <= set(TransformedTool.model_fields)
+        ),
     ),
 )
 
@@ -103,3 +136,100 @@ def called_from_memory_transport(depth: int) -> bool:
     """Whether the caller `depth` frames up is FastMCP's in-memory `Client(server)` transport."""
     caller = sys._getframe(depth + 1).f_code.co_filename.replace("\\", "/")
     return caller.endswith(_MEMORY_FILE)
+
+
+def strict_input(server: Any) -> bool:
+    """`FastMCP(strict_input_validation=...)` of the server that runs a tool (FastMCP reads it
+    off the server whose context the tool runs in: a mounted server's own)."""
+    return bool(getattr(server, "strict_input_validation", False))
+
+
+def renamed_from(tool: Any) -> Any:
+    """The tool a `TransformedTool` forwards to when it changes nothing but the name (a
+    `tool_names=` rename): no argument transform, no function of its own, so its arguments
+    reach the parent as sent. Else None (its arguments are mapped: not the parent's)."""
+    if (
+        isinstance(tool, TransformedTool)
+        and not tool.transform_args
+        and tool.fn is tool.forwarding_fn
+    ):
+        return tool.parent_tool
+    return None
+
+
+def function_validator(tool: Any, *, strict: bool) -> Values | None:
+    """`values(arguments)`: the values FastMCP's validation gives a function tool's function,
+    as JSON values; raises what that validation raises. None: not a plain `FunctionTool` (a
+    subclass that runs its own way, any other tool class): no validation to reuse.
+
+    FastMCP validates with a `TypeAdapter` of the function (its injected parameters left
+    out, `without_injected_parameters`), which also calls it. The same adapter is built here
+    over a stand-in with the same signature and annotations that returns the arguments it was
+    called with (FastMCP mirrors a function the same way for its own wrappers), and
+    `strict_input_validation` is honoured as FastMCP honours it (JSON mode, strict).
+    """
+    if not isinstance(tool, FunctionTool) or type(tool).run is not FunctionTool.run:
+        return None
+    try:
+        adapter, signature = _arguments_adapter(tool.fn)
+    except TypeError:  # an unhashable callable: not cached
+        adapter, signature = _arguments_adapter.__wrapped__(tool.fn)
+
+    def values(arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        if strict:
+            called = adapter.validate_json(to_json(dict(arguments)), strict=True)
+        else:
+            called = adapter.validate_python(dict(arguments))
+        args, kwargs = called
+        bound = signature.bind_partial(*args, **kwargs).arguments
+        parsed: dict[str, Any] = {}
+        for name, value in bound.items():
+            kind = signature.parameters[name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD and isinstance(value, dict):
+                parsed.update(value)
+            else:
+                parsed[name] = value
+        return jsonable(parsed)
+
+    return values
+
+
+def _mirror(fn: Callable[..., Any], body: Callable[..., Any]) -> Callable[..., Any]:
+    """`body` with `fn`'s signature and annotations, as FastMCP mirrors a function for the
+    `TypeAdapter` it validates with (resolved hints, else the signature's own annotations)."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        hints = {}
+    signature = inspect.signature(fn)
+    annotations: dict[str, Any] = {}
+    for name, parameter in signature.parameters.items():
+        if name in hints:
+            annotations[name] = hints[name]
+        elif parameter.annotation is not inspect.Parameter.empty:
+            annotations[name] = parameter.annotation
+    body.__signature__ = signature  # type: ignore[attr-defined]
+    body.__annotations__ = annotations
+    body.__name__ = getattr(fn, "__name__", "tool")
+    body.__qualname__ = getattr(fn, "__qualname__", body.__name__)
+    body.__module__ = getattr(fn, "__module__", body.__module__)
+    return body
+
+
+@functools.lru_cache(maxsize=1024)
+def _arguments_adapter(fn: Callable[..., Any]) -> tuple[Any, inspect.Signature]:
+    """The adapter FastMCP validates `fn`'s arguments with, over a stand-in that returns
+    `(args, kwargs)` instead of running `fn`; and the signature it binds them to."""
+    body = _mirror(fn, _fresh_stand_in())
+    exposed = _dependencies.without_injected_parameters(body)
+    final = _mirror(exposed, _fresh_stand_in())
+    return _fastmcp_types.get_cached_typeadapter(final), inspect.signature(final)
+
+
+def _fresh_stand_in() -> Callable[..., Any]:
+    """A new function object each time (its signature and annotations are set on it)."""
+
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        return args, kwargs
+
+    return stand_in
