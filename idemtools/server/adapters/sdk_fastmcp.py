@@ -180,28 +180,21 @@ def function_validator(tool: Any, *, strict: bool) -> Values | None:
             called = adapter.validate_json(to_json(dict(arguments)), strict=True)
         else:
             called = adapter.validate_python(dict(arguments))
-        args, kwargs = called
-        bound = signature.bind_partial(*args, **kwargs).arguments
-        parsed: dict[str, Any] = {}
-        for name, value in bound.items():
-            kind = signature.parameters[name].kind
-            if kind is inspect.Parameter.VAR_KEYWORD and isinstance(value, dict):
-                parsed.update(value)
-            else:
-                parsed[name] = value
-        return jsonable(parsed)
+        args, kwargs = called  # FastMCP refuses `**kwargs` tools: every value has its name
+        return jsonable(signature.bind_partial(*args, **kwargs).arguments)
 
     return values
 
 
 def _mirror(fn: Callable[..., Any], body: Callable[..., Any]) -> Callable[..., Any]:
-    """`body` with `fn`'s signature and annotations, as FastMCP mirrors a function for the
-    `TypeAdapter` it validates with (resolved hints, else the signature's own annotations)."""
+    """`body` with `fn`'s parameters and their annotations, as FastMCP mirrors a function for
+    the `TypeAdapter` it validates with (resolved hints, else the signature's own annotations)."""
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception:
         hints = {}
-    signature = inspect.signature(fn)
+    # The parameters only: the stand-in's return value is never the function's.
+    signature = inspect.signature(fn).replace(return_annotation=inspect.Signature.empty)
     annotations: dict[str, Any] = {}
     for name, parameter in signature.parameters.items():
         if name in hints:
