@@ -1,9 +1,13 @@
-"""docs/bridges.md: its example (examples/bridged_server.py, included in the page) does what the
-page says over a transport that loses the first answer, on whichever mcp line is installed."""
+"""docs/bridges.md: its example (examples/bridged_server.py, written out in the page) does what
+the page says over a transport that loses the first answer, on whichever mcp line is installed.
+
+The code is written out (not an mkdocs include), so that the page reads the same on GitHub and in
+an editor; a test keeps the two equal."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,9 +73,18 @@ async def test_the_derived_key_pays_once(example: Any, ledger: list[str]) -> Non
     assert len(ledger) == 2
 
 
-def test_the_page_includes_the_example_says_outside_the_sep_and_is_in_the_nav() -> None:
+def test_the_page_shows_the_example_as_it_is() -> None:
     text = PAGE.read_text(encoding="utf-8")
-    assert '--8<-- "examples/bridged_server.py"' in text
+    block = re.search(
+        r'^```python title="examples/bridged_server\.py"\n(.*?)^```$', text, re.M | re.S
+    )
+    assert block is not None, "the page shows no block for examples/bridged_server.py"
+    assert block.group(1) == (ROOT / "examples" / "bridged_server.py").read_text(encoding="utf-8")
+    assert "--8<--" not in text  # shown raw wherever mkdocs does not render the page
+
+
+def test_the_page_says_outside_the_sep_and_is_in_the_nav() -> None:
+    text = PAGE.read_text(encoding="utf-8")
     assert "Outside SEP-3182" in text
     assert "collapse into one" in text and "keep the retention short" in text
     assert "bridges.md" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
