@@ -1,10 +1,13 @@
 """The operator's way into one idempotency record: `idemtools keys show|release`.
 
 Why: a tool that hung, or a process that died mid-call, leaves a key `in_progress` until its
-lease or `max_runtime` runs out, and a client retrying meanwhile is refused. At 3 a.m. the
-operator needs to see that record (state, owner, age, expiry; never the outcome's content
-unless asked: it is client data) and, once sure nothing runs for it any more, free it — fenced
-by the owner token, so that a release never frees a newer claim, and logged.
+lease or `max_runtime` runs out, and a client retrying meanwhile is refused; a process that died
+inside the tool leaves a `lapsed` claim for the tool's retention, which a retry answers as its
+`on_lapse` says (`refuse`: `idempotency_outcome_unknown`, for good). At 3 a.m. the operator
+needs to see that record (state, owner, age, expiry; never the outcome's content unless asked:
+it is client data) and, once sure nothing runs for it any more (and, for a lapsed claim, that
+its side effect did not happen), free it — fenced by the owner token, so that a release never
+frees a newer claim, and logged.
 
 Records live under (scope hash, key). The scope is given the way the server stores or logs it:
 the 64-hex scope hash (`scope=` in idemtools' ERROR lines), or the scope value a strategy
@@ -75,6 +78,7 @@ def describe(record: Record, *, key: str, scope: str, outcome: bool, now: float)
         "scope": scope,
         "owner": record.owner,
         "claimed_at": None if at is None else _iso(at),
+        "lapsed_at": None if record.lapsed_at is None else _iso(record.lapsed_at),
         "age_seconds": None if at is None else round(max(0.0, now - at), 3),
         "expires_in_seconds": round(record.remaining, 3),
         "fingerprint": record.fingerprint,
@@ -111,10 +115,13 @@ async def release(
 ) -> ReleaseResult:
     """Free one key, fenced by its owner token; logged at WARNING on the `idemtools` logger.
 
-    An in-progress claim is released only if it is still held by the owner read here (or by
-    `owner`, when the operator copied it from `keys show`): a claim made meanwhile is never
-    freed. A completed record is refused unless `force` (its retry would run the tool again);
-    then it is deleted, again only if its owner is still the one read (`Store.forget`).
+    An in-progress or lapsed claim is released only if it is still held by the owner read
+    here (or by `owner`, when the operator copied it from `keys show`): a claim made meanwhile
+    is never freed. Releasing a lapsed claim (an execution that entered the tool and whose end
+    was never recorded) is the deliberate way to let the next retry run the tool again, once
+    the operator knows its side effect did not happen. A completed record is refused unless
+    `force` (its retry would run the tool again); then it is deleted, again only if its owner
+    is still the one read (`Store.forget`).
     """
     record = await store.get(scope, key)
     digest = key_digest(key)
@@ -136,6 +143,14 @@ async def release(
         done = bool(await store.forget(scope, key, record.owner))
     else:
         done = bool(await store.release(scope, key, record.owner))
+        if not done and record.status is Status.LAPSED:
+            again = await store.get(scope, key)
+            if again is not None and again.status is Status.LAPSED and again.owner == record.owner:
+                raise KeysError(
+                    f"key_digest={digest} is a lapsed claim the {store.kind} store did not "
+                    "release: the store predates releasing lapsed claims (see Stores, the "
+                    "store protocol); it is dropped when the tool's retention ends"
+                )
     if done:
         log.warning(
             "operator released key_digest=%s scope=%s owner=%s state=%s%s",

@@ -92,7 +92,7 @@ def _add_keys_parser(commands: Any) -> None:
     actions.required = True
     for name, text in (
         ("show", "print the record of one key"),
-        ("release", "free one key (in progress; completed only with --force)"),
+        ("release", "free one key (in progress or lapsed; completed only with --force)"),
     ):
         action = actions.add_parser(name, help=text, description=text)
         action.add_argument("store_url", metavar="STORE_URL")
@@ -170,6 +170,8 @@ async def _keys_run(store: Any, scope: str, args: argparse.Namespace) -> int:
             print("not released: the record changed meanwhile (see idemtools keys show)")
             return 1
         print(f"released ({result.state}, owner {result.owner})")
+        if result.state == "lapsed":
+            print("the next retry of this key runs the tool again")
         return 0
     finally:
         await store.aclose()

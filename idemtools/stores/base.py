@@ -21,6 +21,9 @@ so stores that share a server (Redis, PostgreSQL) never compare clocks across ma
              anyone else's record → False (fencing)
     release  IN_PROGRESS, live and held by owner → delete (the call ended without a final
                outcome); with `lapse=True` → LAPSED at once, kept for its keep_lapsed
+             LAPSED held by owner → delete: an operator's release (`idemtools keys
+               release`), the deliberate way to let the next claim run the tool again; with
+               `lapse=True` → left as it is, False (nothing in progress to lapse)
     get      the live record (LAPSED ones included), or None
 
 Every write is idempotent by owner: a claim or completion that finds its own owner token
@@ -31,7 +34,9 @@ Lapsed claims count in a store's bounds (records and bytes) like the claim they 
 record written before lapsed claims existed (no keep) lapses as it always did: a free key.
 
 A record "held by owner" is fenced: a process whose lease ran out and was claimed anew can never
-complete, renew or release the newer claim, nor overwrite a completed record. `complete` alone
+complete, renew or release the newer claim, nor overwrite a completed record. A lapsed claim is
+held by the owner of the execution that lapsed (the last one: a retry that took it over and
+gave it back, see `lapse=True`), and only that owner's token releases it. `complete` alone
 does not require the lease to be live: an owner whose lease ran out while nobody else claimed
 the key (a tool that blocked past its lease, a paused process) still records its outcome, so an
 outcome is only ever lost when a second execution already began (docs/contract.md, Fencing). The

@@ -680,7 +680,18 @@ class MemoryStore:
             now = self._clock()
             entry = self._held(rid, owner, now)
             if entry is None:
-                return False
+                if lapse:
+                    return False  # nothing in progress to lapse (a lapsed claim stays so)
+                # The owner's lapsed claim: an operator's release lets a retry run again.
+                entry = self._entries.get(rid)
+                if (
+                    entry is None
+                    or entry.status(now) is not Status.LAPSED
+                    or _owner_of(entry.meta) != owner
+                ):
+                    return False
+                self._drop(rid)
+                return True
             if lapse and entry.keep > 0:
                 entry.expires = now  # LAPSED from now, for its keep
                 self._moved(rid, entry.until())  # its lease's end was later

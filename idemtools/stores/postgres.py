@@ -254,6 +254,7 @@ class PostgresStore:
         self._q_take_over = q["take_over"]
         self._q_release_lapse = q["release_lapse"]
         self._q_release = q["release"]
+        self._q_release_held = q["release_held"]
         self._q_forget = q["forget"]
         self._q_get = q["get"]
         self._q_purge = q["purge"]
@@ -799,17 +800,20 @@ CREATE INDEX IF NOT EXISTS {i} ON {t} (expires_at);
     async def release(self, scope: str, key: str, owner: str, *, lapse: bool = False) -> bool:
         params = (_b(scope), _b(key), owner)
         tx = self._tx_for(scope, key, owner)
+        # Without `lapse`: the owner's claim, in progress or lapsed (an operator's release of
+        # a lapsed one lets the next claim run the tool again). With it: a live claim only.
+        delete = self._q_release_held if lapse else self._q_release
         if tx is not None:
             if lapse and await self._in_tx(tx, self._q_release_lapse, params, key):
                 return True
-            return await self._in_tx(tx, self._q_release, params, key)
+            return await self._in_tx(tx, delete, params, key)
 
         async def op(conn: AsyncConnection[Any], _retrying: bool) -> bool:
             if lapse:  # LAPSED from now, for the keep it was claimed with (if any)
                 cur = await conn.execute(self._q_release_lapse, params)
                 if cur.rowcount == 1:
                     return True
-            cur = await conn.execute(self._q_release, params)
+            cur = await conn.execute(delete, params)
             return cur.rowcount == 1
 
         return await self._run(op, key)
@@ -1052,7 +1056,12 @@ VALUES (%(s)s, %(k)s, 'c', %(f)s, %(o)s, %(v)s, {now} + make_interval(secs => %(
 ON CONFLICT (scope, key) DO UPDATE SET {completing}
     WHERE r.owner = EXCLUDED.owner AND {ours}"""
         ),
+        # The owner's claim, in progress or lapsed.
         "release": sql.SQL(
+            """DELETE FROM {t}
+WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {live}"""
+        ),
+        "release_held": sql.SQL(
             """DELETE FROM {t}
 WHERE scope = %s AND key = %s AND owner = %s AND status = 'p' AND {held}"""
         ),

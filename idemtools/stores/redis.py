@@ -21,10 +21,11 @@ Why it is built this way:
   client keys out of `MONITOR`/`KEYS` output. The prefix (default `idemtools:`) lets several
   servers or applications share one Redis database without colliding.
 * **Fencing by owner token**: renew, complete and release act only when the record is still
-  in progress and still carries the caller's owner token, so a process whose lease ran out can
-  never touch a newer claim or a completed record. `complete` alone also succeeds once the
-  lease ran out and Redis deleted the claim, if no other record took its place (late
-  completion: an outcome is lost only when a second execution already began).
+  in progress (or lapsed, for complete and release) and still carries the caller's owner
+  token, so a process whose lease ran out can never touch a newer claim or a completed
+  record. `complete` alone also succeeds once the lease ran out and Redis deleted the claim,
+  if no other record took its place (late completion: an outcome is lost only when a second
+  execution already began).
 * **Failures fail closed.** Any connection error, timeout or server error becomes
   `StoreUnavailableError` chained from the driver's exception (an out-of-memory refusal becomes
   `StoreFullError`: Redis is full, and records are never dropped to make room). The client
@@ -317,19 +318,28 @@ return 1
 # lost, as before).
 _COMPLETE_TOMBSTONE = "#!lua flags=allow-oom\n" + _COMPLETE
 
-# ARGV[2] == '1': to LAPSED from now, for the claim's keep (deleted when it has none).
-_RELEASE = (
-    _HELD
-    + """
-if ARGV[2] == '1' and keep > 0 then
-  redis.call('HSET', KEYS[1], 'l', now)
-  redis.call('PEXPIRE', KEYS[1], keep)
-  return 1
+# The claim held by ARGV[1], in progress or lapsed (its lease ran out; the key is still
+# there only while its keep lasts): deleted (an operator's release of a lapsed claim lets the
+# next claim run the tool again). ARGV[2] == '1': a live claim goes to LAPSED from now, for
+# its keep (deleted when it has none); a lapsed one is left as it is (0).
+_RELEASE = """
+local r = redis.pcall('HMGET', KEYS[1], 's', 'o', 'l', 'k')
+if type(r) == 'table' and r.err then return 0 end
+if r[1] ~= 'p' or r[2] ~= ARGV[1] then return 0 end
+if ARGV[2] == '1' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if r[3] and tonumber(r[3]) <= now then return 0 end
+  local keep = tonumber(r[4] or '0')
+  if keep > 0 then
+    redis.call('HSET', KEYS[1], 'l', now)
+    redis.call('PEXPIRE', KEYS[1], keep)
+    return 1
+  end
 end
 redis.call('DEL', KEYS[1])
 return 1
 """
-)
 
 # An operator's forced release (`idemtools keys release --force`): the record held by ARGV[1],
 # whatever its status.

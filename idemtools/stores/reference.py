@@ -236,12 +236,23 @@ class ReferenceStore:
 
     async def release(self, scope: str, key: str, owner: str, *, lapse: bool = False) -> bool:
         """IN_PROGRESS, live and held by owner: delete (the call ended without an outcome);
-        with `lapse`, LAPSED at once instead (kept for the claim's keep_lapsed)."""
+        with `lapse`, LAPSED at once instead (kept for the claim's keep_lapsed). LAPSED and
+        held by owner: delete (an operator's release lets the next claim run the tool again);
+        with `lapse`, left as it is and False (nothing in progress to lapse)."""
         with self._lock:
             now = self._clock()
             entry = self._held(scope, key, owner, now)
             if entry is None:
-                return False
+                entry = self._records.get((scope, key))
+                if (
+                    lapse
+                    or entry is None
+                    or entry.status_at(now) is not Status.LAPSED
+                    or entry.owner != owner
+                ):
+                    return False
+                del self._records[scope, key]
+                return True
             if lapse and entry.keep > 0:
                 entry.expires = now
             else:

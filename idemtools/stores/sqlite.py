@@ -704,7 +704,15 @@ class SQLiteStore:
                 )
                 if cur.rowcount == 1:
                     return True
-            cur = conn.execute(f"DELETE FROM {_TABLE} WHERE {_HELD}", (s, k, owner, now))
+                cur = conn.execute(f"DELETE FROM {_TABLE} WHERE {_HELD}", (s, k, owner, now))
+                return cur.rowcount == 1
+            # The owner's claim, in progress or lapsed (an operator's release of a lapsed one
+            # lets the next claim run the tool again).
+            cur = conn.execute(
+                f"DELETE FROM {_TABLE} WHERE scope = ? AND key = ? AND owner = ? "
+                "AND status = 'in_progress' AND expires > ?",
+                (s, k, owner, now),
+            )
             return cur.rowcount == 1
 
         return await self._run(self._write(op))

@@ -19,6 +19,7 @@ import pytest
 
 from idemtools import Engine, Outcome, Policy, Registry, shared
 from idemtools.engine import ToolCall, _scope_hash, key_digest
+from idemtools.policy import LapsedCall
 from idemtools.scopes import CallContext
 from idemtools.stores import from_url
 from idemtools.stores.base import Status
@@ -192,6 +193,65 @@ async def test_release_refuses_a_completed_record_unless_forced(store_url: str) 
     again = await engine.handle(call("k"), tool)
     assert not again.replayed and tool.calls == 2
     await engine.aclose()
+
+
+async def test_release_frees_a_lapsed_claim_so_a_retry_runs_again(store_url: str) -> None:
+    # A process died inside the tool (its engine stops renewing), and the reconcile of every
+    # retry fails (the provider is down): each retry is answered idempotency_outcome_unknown
+    # and the claim stays lapsed for the retention. The operator, having checked that nothing
+    # was charged, releases it; the next retry runs the tool.
+    lease = 0.5
+    asked = 0
+
+    async def reconcile(call: LapsedCall) -> Outcome | None:
+        nonlocal asked
+        asked += 1
+        raise ConnectionError("the provider is down")
+
+    policy = Policy.of(retention=600, lease=lease, scope=shared, on_lapse=reconcile)
+    charge = ToolCall(name="charge", arguments={"amount": 1}, key="k", policy=policy)
+    dead = Engine(from_url(store_url), registry=Registry())
+    retrying = Engine(from_url(store_url), registry=Registry())
+    tool = Tool(hang=True)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(dead.handle, charge, tool)  # type: ignore[arg-type]  # a coroutine, typed Awaitable
+        try:
+            with anyio.fail_after(10):
+                await tool.started.wait()
+            dead.keeper.close()  # no more renewals: to the store, its process has died
+            await anyio.sleep(lease * 3)
+            for _ in range(2):
+                unknown = await retrying.handle(charge, tool)
+                assert unknown.error is not None, unknown
+                assert unknown.error["data"]["type"] == "idempotency_outcome_unknown"
+            assert asked == 2 and tool.calls == 1
+
+            shown = await akeys("show", store_url, "--key", "k", "--scope", "shared", "--json")
+            assert shown.returncode == 0, shown.stderr
+            record = json.loads(shown.stdout)
+            assert record["state"] == "lapsed" and record["lapsed_at"] is not None, record
+            assert record["expires_in_seconds"] > 60
+
+            wrong = await akeys(
+                "release", store_url, "--key", "k", "--scope", "shared", "--owner", "0" * 32
+            )
+            assert wrong.returncode == 1 and "not released" in wrong.stderr
+            freed = await akeys("release", store_url, "--key", "k", "--scope", "shared")
+            assert freed.returncode == 0, freed.stdout + freed.stderr
+            assert f"released (lapsed, owner {record['owner']})" in freed.stdout
+            assert "runs the tool again" in freed.stdout
+            assert "WARNING operator released" in freed.stderr and "state=lapsed" in freed.stderr
+            assert await retrying.store.get(SCOPE, "k") is None
+
+            again = await retrying.handle(charge, tool)
+            assert again.error is None and tool.calls == 2, again
+            assert asked == 2, "a free key: nothing to reconcile"
+            assert (await retrying.handle(charge, tool)).replayed
+        finally:
+            tool.release.set()
+            tg.cancel_scope.cancel()
+    await retrying.aclose()
+    await dead.aclose()
 
 
 def test_a_bad_scope_is_a_usage_error(tmp_path: Path) -> None:

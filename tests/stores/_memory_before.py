@@ -620,7 +620,15 @@ class MemoryStore:
             now = self._clock()
             entry = self._held(rid, owner, now)
             if entry is None:
-                return False
+                # The owner's lapsed claim: an operator's release (added with the protocol's
+                # release of lapsed claims, after this copy was taken).
+                found = None if lapse else self._find(rid, now)
+                if found is None or found[1] is not Status.LAPSED:
+                    return False
+                if _owner_of(found[0].meta) != owner:
+                    return False
+                self._running.remove(rid)
+                return True
             if lapse and entry.keep > 0:
                 entry.expires = now  # LAPSED from now, for its keep
                 self._running.moved(rid, entry)

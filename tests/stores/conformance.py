@@ -569,9 +569,10 @@ class StoreConformance:
         assert renewed is not None and renewed.status is Status.LAPSED
         self.assert_at_most(renewed, keep)  # kept `keep` past the renewed lease's end
         assert renewed.remaining > record.remaining + self.LEASE / 4
-        # The dead owner holds nothing it could renew or release...
+        # The dead owner holds nothing it could renew or lapse (its release is an operator's:
+        # test_release_frees_a_lapsed_claim)...
         assert await store.renew(SCOPE, "a", "oa", self.LEASE) is False
-        assert await store.release(SCOPE, "a", "oa") is False
+        assert await store.release(SCOPE, "a", "oa", lapse=True) is False
         # ...another fingerprint is answered with the lapsed claim, nothing taken over...
         other = await store.claim(SCOPE, "a", FP2, "x", self.LEASE, keep_lapsed=keep)
         assert not other.claimed and other.existing is not None
@@ -626,6 +627,43 @@ class StoreConformance:
         assert (await store.claim(SCOPE, "n", FP1, "o3", self.LEASE)).claimed
         assert await store.release(SCOPE, "n", "o3", lapse=True) is True
         assert await store.get(SCOPE, "n") is None
+
+    async def test_release_frees_a_lapsed_claim(self) -> None:
+        # An operator's release (`idemtools keys release`, fenced by the owner it read) of a
+        # lapsed claim: the deliberate way to let the next claim run the tool again.
+        store = await self.open(max_records_per_scope=2)
+        keep = self.LONG
+        for key, owner in (("a", "oa"), ("b", "ob")):
+            claim = await store.claim(SCOPE, key, FP1, owner, self.LEASE, keep_lapsed=keep)
+            assert claim.claimed
+        await self.advance(self.LEASE * 1.5)
+        lapsed = await store.get(SCOPE, "a")
+        assert lapsed is not None and (lapsed.status, lapsed.owner) == (Status.LAPSED, "oa")
+        assert await store.release(SCOPE, "a", "intruder") is False  # fenced by owner
+        assert await store.release(OTHER_SCOPE, "a", "oa") is False
+        assert await store.release(SCOPE, "a", "oa", lapse=True) is False  # lapsed already
+        still = await store.get(SCOPE, "a")
+        assert still is not None and (still.status, still.owner) == (Status.LAPSED, "oa")
+        assert await store.release(SCOPE, "a", "oa") is True
+        assert await store.get(SCOPE, "a") is None
+        assert await store.release(SCOPE, "a", "oa") is False  # gone: a re-sent release
+        # The key is free: a claim of any fingerprint is a fresh one, nothing taken over; and
+        # the released record stopped counting in the scope's quota ("b" still counts).
+        fresh = await store.claim(SCOPE, "a", FP2, "new", self.LEASE, keep_lapsed=keep)
+        assert fresh == Claim(claimed=True)
+        await self.in_progress(store, "a", "new")
+        with pytest.raises(QuotaExceededError):
+            await store.claim(SCOPE, "c", FP1, "oc", self.LEASE)
+        # A claim that took a lapsed one over and gave it back (`lapse=True`: its reconcile
+        # could not decide) is held by the one that gave it back.
+        took = await store.claim(SCOPE, "b", FP1, "ob2", self.LEASE, keep_lapsed=keep)
+        assert took.claimed and took.lapsed is not None and took.lapsed.owner == "ob"
+        assert await store.release(SCOPE, "b", "ob2", lapse=True) is True
+        back = await store.get(SCOPE, "b")
+        assert back is not None and (back.status, back.owner) == (Status.LAPSED, "ob2")
+        assert await store.release(SCOPE, "b", "ob") is False
+        assert await store.release(SCOPE, "b", "ob2") is True
+        assert await store.get(SCOPE, "b") is None
 
     async def test_lapsed_claims_count_in_bounds(self) -> None:
         store = await self.open(max_records=2, max_records_per_scope=1)
