@@ -43,7 +43,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--store",
         metavar="URL",
-        help="idempotency store (default: on stdio a SQLite file per upstream command in the "
+        help="idempotency store (default: on stdio a SQLite file per upstream entry point in the "
         "user's state directory, on HTTP memory://; e.g. sqlite:///var/lib/proxy.db, "
         "redis://127.0.0.1:6379/0)",
     )

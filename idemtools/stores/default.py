@@ -35,6 +35,7 @@ __all__ = [
     "entry_point",
     "from_env",
     "proxy_default_store",
+    "proxy_entry_point",
     "stdio_default_store",
 ]
 
@@ -107,11 +108,40 @@ def stdio_default_store(server_name: str, entry: str | None = None) -> Store:
     return SQLiteStore(str(path))
 
 
-def proxy_default_store(command: Sequence[str]) -> Store:
-    """`idemtools proxy` on stdio without `--store`: a file per upstream command (its program
-    resolved on PATH, and its arguments), so two upstreams never share records."""
+def proxy_entry_point(command: Sequence[str]) -> str:
+    """What names an upstream's default store file: its command, with every path made absolute.
+
+    The program is looked up on PATH and made absolute; every argument that names an existing
+    file or directory (alone, or as the value of `--option=value`) is made absolute against the
+    working directory the upstream inherits (the proxy's own). So `node dist/index.js` in two
+    projects is two servers, and so is `.venv/bin/python -m server` in two environments;
+    the same command in the same place is one server, whichever process runs it. Symbolic
+    links are kept, not followed: a virtual environment's `bin/python` links to the one
+    interpreter every environment shares. Other arguments are kept as they are (`--port 1`
+    and `--port 2` are two servers); a command that names no file (`npx -y @org/server`) is
+    one server wherever it runs.
+    """
     argv = list(command)
-    if argv:
-        found = shutil.which(argv[0])
-        argv[0] = str(Path(found).resolve()) if found else argv[0]
-    return stdio_default_store("idemtools-proxy", shlex.join(argv))
+    if not argv:
+        return ""
+    found = shutil.which(argv[0])
+    entry = [os.path.abspath(found) if found else argv[0]]
+    for argument in argv[1:]:
+        option, equals, value = argument.partition("=")
+        if equals and option.startswith("-") and _names_a_path(value):
+            entry.append(f"{option}={os.path.abspath(value)}")
+        elif _names_a_path(argument):
+            entry.append(os.path.abspath(argument))
+        else:
+            entry.append(argument)
+    return shlex.join(entry)
+
+
+def _names_a_path(argument: str) -> bool:
+    return bool(argument) and os.path.exists(argument)  # False for a name the OS refuses
+
+
+def proxy_default_store(command: Sequence[str]) -> Store:
+    """`idemtools proxy` on stdio without `--store`: a file per upstream entry point
+    (`proxy_entry_point`), so two upstreams never share records."""
+    return stdio_default_store("idemtools-proxy", proxy_entry_point(command))
