@@ -230,7 +230,10 @@ class Policy:
             `reconcile_timeout` is answered `idempotency_outcome_unknown`, unrecorded: the
             claim lapses again and a later retry reconciles again. It must only read; see
             docs/operations.md, "When the outcome is unknown".
-        reconcile_timeout: seconds a reconcile function may take (default 10).
+        reconcile_timeout: seconds a reconcile function may take (default 10). A sync
+            reconcile runs in a worker thread, so this bounds it even while it blocks (its
+            late answer is discarded); an async one runs on the event loop and is bounded
+            only where it awaits.
         scope: whose records a key can match (see `idemtools.scopes`).
         name: the tool's registry name, when it should not follow the function name.
         transactional: run the tool inside the store's transaction (PostgresStore), so its

@@ -11,7 +11,8 @@ the policy's `on_lapse` decides (see `Policy`):
     reconcile  ask the application whether the side effect happened: an `Outcome` is
                recorded and answered, None runs the tool; a reconcile that raises or times
                out is answered `idempotency_outcome_unknown` unrecorded, and the claim goes
-               back to lapsed so a later retry asks again.
+               back to lapsed so a later retry asks again. A sync reconcile runs in a worker
+               thread, so `reconcile_timeout` bounds it even while it blocks.
 
 Each path ends through the engine's one execution (`Engine._execute`), so it is shielded from
 the caller's cancellation, renewed by the lease keeper and recorded like any outcome.
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..outcome import Outcome
-from ..policy import LapsedCall
+from ..policy import LapsedCall, Reconcile
 from ..stores.base import Record, Store
 from .decision import key_digest
 from .store_calls import _takes
@@ -111,9 +112,7 @@ def lapsed_run(
     async def reconciled() -> Outcome:
         try:
             with anyio.fail_after(timeout):
-                answer = reconcile(call)
-                if inspect.isawaitable(answer):
-                    answer = await answer
+                answer = await _ask(reconcile, call)
             if answer is not None and not isinstance(answer, Outcome):
                 raise TypeError(
                     f"reconcile returned a {type(answer).__name__}, not an Outcome or None"
@@ -150,6 +149,32 @@ def lapsed_run(
         return answer
 
     return reconciled, False
+
+
+def _is_async(function: object) -> bool:
+    """Whether calling `function` gives a coroutine (an `async def`, a partial of one, an
+    object whose `__call__` is one)."""
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+        getattr(function, "__call__", None)  # noqa: B004 (the method, not callable())
+    )
+
+
+async def _ask(reconcile: Reconcile, call: LapsedCall) -> object:
+    """What `reconcile(call)` answers, under the caller's `fail_after`.
+
+    An async reconcile runs on the event loop: bounded at its awaits (one that blocks the loop
+    cannot be interrupted, and holds every other call with it). A sync one runs in a worker
+    thread, so the timeout bounds it whatever it does: past it the thread is abandoned (it
+    cannot be stopped) and whatever it returns later is discarded. A sync function that
+    returns an awaitable has it awaited here, on the loop.
+    """
+    if _is_async(reconcile):
+        answer: object = reconcile(call)
+    else:
+        answer = await anyio.to_thread.run_sync(reconcile, call, abandon_on_cancel=True)
+    if inspect.isawaitable(answer):
+        answer = await answer
+    return answer
 
 
 def overrun_writer(engine: Engine) -> Callable[[Store, Lease], Coroutine[Any, Any, bool]]:

@@ -16,6 +16,8 @@ MemoryStore gets the retry:
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,9 +26,11 @@ import anyio
 import pytest
 
 from idemtools import Engine, Outcome, Policy, Registry, shared
-from idemtools.engine import ToolCall, key_digest
+from idemtools.engine import ToolCall, _scope_hash, key_digest
 from idemtools.policy import LapsedCall
+from idemtools.scopes import CallContext
 from idemtools.stores import MemoryStore
+from idemtools.stores.base import Status
 
 pytestmark = pytest.mark.anyio
 
@@ -75,6 +79,10 @@ async def _lapsed(policy: Policy, tool: Tool) -> AsyncIterator[Engine]:
         finally:
             await retrying.aclose()
             tg.cancel_scope.cancel()
+
+
+def _scope_of(policy: Policy) -> str:
+    return _scope_hash(policy, CallContext(), KEY)
 
 
 def _policy(on_lapse: Any, **options: Any) -> Policy:
@@ -164,6 +172,61 @@ async def test_an_undecided_reconcile_is_unknown_unrecorded_and_asked_again(fail
         "found on the second look"
     )
     assert asked == 2 and tool.calls == 1
+
+
+async def test_a_blocking_sync_reconcile_is_bounded_and_its_late_answer_discarded() -> None:
+    # A sync reconcile that blocks (a provider SDK without async, stuck on a socket) runs in
+    # a worker thread: past reconcile_timeout the retry is answered unknown, nothing is
+    # recorded, the claim is lapsed again, and what the thread returns later is dropped.
+    tool = Tool()
+    asked = 0
+    returned = threading.Event()
+
+    def reconcile(call: LapsedCall) -> Outcome | None:
+        nonlocal asked
+        asked += 1
+        if asked == 1:
+            time.sleep(1.0)
+            returned.set()
+            return Outcome.of_value("found too late")
+        return Outcome.of_value("found on the second look")
+
+    policy = _policy(reconcile, reconcile_timeout=0.3)
+    async with _lapsed(policy, tool) as engine:
+        began = time.monotonic()
+        first = await engine.handle(_call(policy), tool)
+        took = time.monotonic() - began
+        assert _type(first) == "idempotency_outcome_unknown" and not first.replayed, first
+        assert took < 0.9, f"answered after {took:.2f} s: the timeout did not bound it"
+        await anyio.to_thread.run_sync(returned.wait, 5)
+        await anyio.sleep(0.1)
+        record = await engine.store.get(_scope_of(policy), KEY)
+        assert record is not None and record.status is Status.LAPSED, record
+        second = await engine.handle(_call(policy), tool)
+    assert second.result is not None, second
+    assert second.result["content"][0]["text"] == "found on the second look"
+    assert asked == 2 and tool.calls == 1
+
+
+async def test_an_async_reconcile_that_awaits_its_provider_is_bounded() -> None:
+    # The documented form: the provider call is awaited (an async client, or a blocking one
+    # sent to a thread), so the timeout interrupts it there.
+    tool = Tool()
+
+    def lookup(key: str) -> None:
+        time.sleep(1.0)  # a blocking provider client
+
+    async def reconcile(call: LapsedCall) -> Outcome | None:
+        await anyio.to_thread.run_sync(lookup, call.key, abandon_on_cancel=True)
+        return Outcome.of_value("found")
+
+    policy = _policy(reconcile, reconcile_timeout=0.3)
+    async with _lapsed(policy, tool) as engine:
+        began = time.monotonic()
+        first = await engine.handle(_call(policy), tool)
+        took = time.monotonic() - began
+    assert _type(first) == "idempotency_outcome_unknown", first
+    assert took < 0.9 and tool.calls == 1
 
 
 async def test_a_retry_while_reconciling_is_in_progress() -> None:
