@@ -114,6 +114,7 @@ def test_the_proxy_config_page_quotes_the_real_defaults() -> None:
         assert getattr(defaults.default, key) == value, key
         assert proxy_config.duration(policy[key][1].strip('`"'), key) == value, key
     assert policy["scope"][1] == f'`"{scope_name(defaults.default.scope)}"`'
+    assert policy["on_lapse"][1] == f'`"{defaults.default.on_lapse}"`'
 
 
 def test_the_proxy_config_page_names_every_scope() -> None:

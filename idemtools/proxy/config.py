@@ -12,14 +12,17 @@
     lease = "60s"
     max_runtime = "1h"         # past it a keyed call is recorded as outcome unknown
     scope = "subject"          # subject | local | shared | token-hash | client
+    on_lapse = "rerun"         # rerun | refuse: a retry after the proxy died mid-call
 
     [tools."charge_*"]         # exact names first, then globs in file order
     retention = "7d"
+    on_lapse = "refuse"
     authorize = { scopes = ["payments:write"], claims = { tenant = "acme" } }
 
 `transactional` is not available: the proxy cannot commit an upstream's writes together with
-its record. Unknown keys are refused at start-up rather than ignored: a misspelt `retension`
-must not silently leave the default in place.
+its record. `on_lapse` takes "rerun" or "refuse" only: a reconcile function is Python code,
+which a TOML file cannot hold. Unknown keys are refused at start-up rather than ignored: a
+misspelt `retension` must not silently leave the default in place.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ class ConfigError(ValueError):
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_POLICY_KEYS = {"retention", "lease", "max_runtime", "scope", "authorize"}
+_POLICY_KEYS = {"retention", "lease", "max_runtime", "scope", "on_lapse", "authorize"}
+_ON_LAPSE = ("rerun", "refuse")
 _TOP_KEYS = {
     "store",
     "forward_key",
@@ -171,6 +175,15 @@ def _policy(table: Mapping[str, Any], base: Policy, where: str) -> Policy:
             policy = replace(policy, scope=scope_named(str(table["scope"])))
         except ValueError as exc:
             raise ConfigError(f"{where}.scope: {exc}") from None
+    if "on_lapse" in table:
+        value = table["on_lapse"]
+        if not isinstance(value, str) or value not in _ON_LAPSE:
+            raise ConfigError(
+                f'{where}.on_lapse: expected "rerun" or "refuse", got {value!r} (a reconcile '
+                "function is Python code: the library's Policy takes one, a proxy config "
+                "cannot)"
+            )
+        policy = replace(policy, on_lapse=value)
     if "authorize" in table:
         rule = table["authorize"]
         if not isinstance(rule, Mapping):

@@ -23,6 +23,7 @@ scope = "shared"
 
 [tools."pay_*"]
 retention = "7d"
+on_lapse = "refuse"
 authorize = { scopes = ["payments:write"], claims = { tenant = "acme" } }
 
 [tools.pay_refund]
@@ -51,6 +52,10 @@ def test_default_rules_and_precedence(tmp_path: Path) -> None:
     # Globs in file order: "pay_*" before "*".
     assert charge.max_runtime == 3600
     assert config.policy_for("other").max_runtime == 600
+    # on_lapse: "refuse" where a table says so ("pay_refund" starts from [default]).
+    assert charge.on_lapse == "refuse"
+    assert config.default.on_lapse == refund.on_lapse == "rerun"
+    assert parse({"default": {"on_lapse": "refuse"}}).policy_for("x").on_lapse == "refuse"
 
 
 def test_no_file_means_library_defaults() -> None:
@@ -80,6 +85,9 @@ def test_flags_override_the_default_and_keep_the_rules() -> None:
         ({"stores": "memory://"}, "unknown key(s) stores"),
         ({"tools": {"x": {"authorize": {"role": "admin"}}}}, "unknown key(s) role"),
         ({"forward_key": "yes"}, "forward_key must be true or false"),
+        ({"tools": {"x": {"on_lapse": "retry"}}}, '[tools."x"].on_lapse: expected "rerun" or'),
+        ({"default": {"on_lapse": "reconcile"}}, "a reconcile function is Python code"),
+        ({"default": {"on_lapse": True}}, '[default].on_lapse: expected "rerun" or "refuse"'),
     ],
 )
 def test_mistakes_are_refused_naming_the_key(data: dict[str, object], words: str) -> None:
