@@ -7,6 +7,11 @@ other step or run, so a key derived from it, the index of the call within the st
 name and the canonical arguments is the same key on the retry and never shared by two
 operations. The key carries no readable part of the identity: it is a digest, so workflow ids
 never reach the server's logs.
+
+An answer of `idempotency_outcome_unknown` is never worth a retry by the engine: the retry sends
+the same key and gets the same answer. `outcome_unknown_in` finds it in what a step raised, also
+inside the exception groups an MCP session's task groups wrap it in, so that each integration
+can tell its engine not to retry.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..canonical import canonicalize
+from ..errors import OutcomeUnknownError
 
-__all__ = ["StepCalls", "attempt_calls", "derive_key"]
+__all__ = ["StepCalls", "attempt_calls", "derive_key", "outcome_unknown_in"]
 
 _PREFIX = "step-"
 
@@ -87,3 +93,22 @@ def attempt_calls(
     calls = StepCalls(engine, ident)
     _ATTEMPT.set((execution, attempt, ident, calls))
     return calls
+
+
+def outcome_unknown_in(error: BaseException) -> OutcomeUnknownError | None:
+    """The `OutcomeUnknownError` that `error` is, or holds in an exception group; else None.
+
+    A call made inside `async with` an mcp session (or its transport) raises out of the
+    session's anyio task groups wrapped in an `ExceptionGroup`, a group per task group; the
+    groups are searched at any depth. A group that holds an unknown outcome among other errors
+    counts as unknown: a retry of the step would get the same answer for that call. Causes
+    (`raise ... from`) are not followed: an error raised from an unknown outcome is the code's
+    own decision."""
+    if isinstance(error, OutcomeUnknownError):
+        return error
+    inner = getattr(error, "exceptions", None)  # BaseExceptionGroup (3.11+, or the backport)
+    if isinstance(inner, tuple):
+        for exc in inner:
+            if isinstance(exc, BaseException) and (found := outcome_unknown_in(exc)):
+                return found
+    return None

@@ -28,6 +28,15 @@ operation and runs the tool again. `DBOS.rewind_workflow` re-runs steps under th
 their calls are replayed by the server (within retention), not run again. A step whose arguments
 change between executions (computed from the clock or randomness inside the step) sends another
 key: compute such values in an earlier step, whose output DBOS records.
+
+An answer of `idempotency_outcome_unknown` raises `OutcomeUnknownError` (inside an exception
+group when the session was opened in the step). DBOS records it as the step's error and the
+workflow gets it, unless the step allows retries: DBOS then retries every exception (read in
+dbos 3.4, `Outcome.retry`) unless the step's `should_retry` predicate says no, and each retry
+would send the same key and get the same answer. There is no error class DBOS leaves alone, so
+give such a step `should_retry=should_retry`:
+
+    @DBOS.step(retries_allowed=True, should_retry=should_retry)
 """
 
 from __future__ import annotations
@@ -38,9 +47,9 @@ from typing import Any
 from dbos import DBOS  # type: ignore[import-not-found,unused-ignore]  # an optional extra
 
 from ..client.keyed_session import KeyedSession
-from ._durable import attempt_calls
+from ._durable import attempt_calls, outcome_unknown_in
 
-__all__ = ["key_for", "keyed_call", "step_identity", "step_key"]
+__all__ = ["key_for", "keyed_call", "should_retry", "step_identity", "step_key"]
 
 ENGINE = "dbos"
 
@@ -79,6 +88,18 @@ def key_for(name: str, arguments: Mapping[str, Any] | None) -> str | None:
     return step_key(name, arguments)
 
 
+def should_retry(error: BaseException) -> bool:
+    """A `should_retry=` for `@DBOS.step(retries_allowed=True, ...)`: False for an unknown
+    outcome (the error itself, or in an exception group), True for anything else.
+
+    Why: the step's retry would send the same key and get the same answer, `max_attempts`
+    times, and the workflow would then get `DBOSMaxStepRetriesExceeded` instead of the error.
+    With it, the first attempt's error is the step's, recorded by DBOS: the workflow gets it
+    at once (and again, from the record, on recovery). To add a rule of your own:
+    `should_retry=lambda e: should_retry(e) and mine(e)`."""
+    return outcome_unknown_in(error) is None
+
+
 async def keyed_call(
     session: Any,
     name: str,
@@ -91,7 +112,9 @@ async def keyed_call(
     (`require_capability=False`, `in_progress_wait=`). A plain session is wrapped in a
     `KeyedSession`, which refuses a server that does not advertise idempotency (it would ignore
     the key) and waits out `idempotency_key_in_progress` (the interrupted execution may still
-    be running on the server). Returns the SDK's `CallToolResult`."""
+    be running on the server). Returns the SDK's `CallToolResult`. `idempotency_outcome_unknown`
+    raises `OutcomeUnknownError`: a step that allows retries needs `should_retry=should_retry`
+    for DBOS not to retry it."""
     key = step_key(name, arguments)
     keyed = session if isinstance(session, KeyedSession) else KeyedSession(session)
     return await keyed.call_tool(name, arguments, idempotency_key=key, **kwargs)

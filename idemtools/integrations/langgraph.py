@@ -37,6 +37,13 @@ tasks under the ids they had: their calls are replayed by the server (within ret
 whose arguments change between executions sends another key. `durability="exit"` saves nothing
 until the run ends, so a crash loses the step's checkpoint: use "sync" (the safe choice: a
 step's checkpoint is saved before the next step runs) or "async".
+
+An answer of `idempotency_outcome_unknown` is not worth a retry of the task (the retry sends the
+same key and gets the same answer): `keyed_call` raises it as `TaskOutcomeUnknownError`, an
+`OutcomeUnknownError` that is also a `RuntimeError`, which LangGraph's default retry predicate
+(`default_retry_on`) never retries. A session opened inside the task wraps what its body raises
+in an `ExceptionGroup`, which `default_retry_on` does retry: give such a task's `RetryPolicy`
+`retry_on=retry_on`, the default predicate that also leaves unknown outcomes in groups alone.
 """
 
 from __future__ import annotations
@@ -45,11 +52,35 @@ from collections.abc import Mapping
 from typing import Any
 
 from langgraph.runtime import get_runtime  # type: ignore[import-not-found,unused-ignore]  # an optional extra
+from langgraph.types import RetryPolicy  # type: ignore[import-not-found,unused-ignore]
 
 from ..client.keyed_session import KeyedSession
-from ._durable import attempt_calls
+from ..errors import OutcomeUnknownError
+from ._durable import attempt_calls, outcome_unknown_in
 
-__all__ = ["keyed_call", "task_identity", "task_key"]
+__all__ = ["TaskOutcomeUnknownError", "keyed_call", "retry_on", "task_identity", "task_key"]
+
+# LangGraph's default predicate (`langgraph._internal._retry.default_retry_on`), from its
+# public `RetryPolicy`.
+_DEFAULT_RETRY_ON: Any = RetryPolicy().retry_on
+
+
+class TaskOutcomeUnknownError(OutcomeUnknownError, RuntimeError):
+    """`idempotency_outcome_unknown` in a LangGraph task: an `OutcomeUnknownError` (catch it as
+    one) that is also a `RuntimeError`, one of the classes LangGraph's `default_retry_on` does
+    not retry. A retry would send the same key and get this same answer: the application
+    decides, and acts again (if at all) under a new key: a new run of the thread."""
+
+
+def retry_on(error: Exception) -> bool:
+    """LangGraph's `default_retry_on`, except that an unknown outcome is never retried, also
+    inside an exception group (what a session opened in the task raises).
+
+        @task(retry_policy=RetryPolicy(retry_on=retry_on))"""
+    if outcome_unknown_in(error) is not None:
+        return False
+    return bool(_DEFAULT_RETRY_ON(error))
+
 
 ENGINE = "langgraph"
 
@@ -97,7 +128,16 @@ async def keyed_call(
     `session`: an mcp `ClientSession` (or 2.x `Client`), or a `KeyedSession` for its options.
     A plain session is wrapped in a `KeyedSession`, which refuses a server that does not
     advertise idempotency and waits out `idempotency_key_in_progress` (the interrupted
-    execution may still be running on the server). Returns the SDK's `CallToolResult`."""
+    execution may still be running on the server). Returns the SDK's `CallToolResult`.
+    `idempotency_outcome_unknown` is raised as `TaskOutcomeUnknownError`, which LangGraph's
+    default retry predicate does not retry."""
     key = task_key(name, arguments)
     keyed = session if isinstance(session, KeyedSession) else KeyedSession(session)
-    return await keyed.call_tool(name, arguments, idempotency_key=key, **kwargs)
+    try:
+        return await keyed.call_tool(name, arguments, idempotency_key=key, **kwargs)
+    except OutcomeUnknownError as exc:
+        if isinstance(exc, TaskOutcomeUnknownError):
+            raise
+        task_error = TaskOutcomeUnknownError(exc.message, key=exc.key)
+        task_error.not_processed = exc.not_processed
+        raise task_error from exc

@@ -33,6 +33,16 @@ with a new sequence number, unless the workflow gives it an `activity_id=` of it
 To that identity `derive_key` adds the call's index within this execution of the activity (its
 n-th `keyed_call`, from 0), the tool's name and the canonical arguments, and hashes it all: the
 key carries no workflow id in clear.
+
+An answer of `idempotency_outcome_unknown` (the tool may have run; nobody will ever know from
+the server) fails the activity for good: another attempt would send the same key and get the
+same answer. `keyed_call` raises it as a non-retryable `ApplicationError` of type
+"OutcomeUnknownError", so Temporal's retry policy (unlimited attempts by default) makes no
+other attempt, and the workflow gets an `ActivityError` to decide on. A session opened inside
+the activity (`async with` a transport and a `ClientSession`) wraps whatever its body raises
+in an `ExceptionGroup`, which Temporal would retry: give the worker `OutcomeUnknownInterceptor`,
+which fails such an activity non-retryable too (and one whose own client raised
+`OutcomeUnknownError`).
 """
 
 from __future__ import annotations
@@ -42,13 +52,30 @@ from collections.abc import Mapping
 from typing import Any
 
 from temporalio import activity  # type: ignore[import-not-found,unused-ignore]  # an optional extra
+from temporalio.exceptions import ApplicationError  # type: ignore[import-not-found,unused-ignore]
+from temporalio.worker import (  # type: ignore[import-not-found,unused-ignore]
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
 
-from ..client import RetryPolicy, call_tool
+from ..client import OutcomeUnknownError, RetryPolicy, call_tool
 from ._durable import StepCalls
 
-__all__ = ["activity_key", "activity_key_for", "keyed_call"]
+__all__ = [
+    "OUTCOME_UNKNOWN_TYPE",
+    "OutcomeUnknownInterceptor",
+    "activity_key",
+    "activity_key_for",
+    "keyed_call",
+]
 
 ENGINE = "temporal"
+
+OUTCOME_UNKNOWN_TYPE = OutcomeUnknownError.__name__
+"""The `ApplicationError.type` of an unknown outcome: "OutcomeUnknownError", the name Temporal
+gives an `OutcomeUnknownError` raised in any activity, so `RetryPolicy(non_retryable_error_types=
+[OUTCOME_UNKNOWN_TYPE])` also covers a client of your own (`activity_key`, pydantic-ai)."""
 
 # One StepCalls per execution of an activity, so that the n-th call of a retry gets the n-th
 # key of the attempt it retries. The worker builds one `activity.Info` per attempt and
@@ -139,13 +166,74 @@ async def keyed_call(
     `session`, `retry` and `require_capability` are `call_tool`'s: retries inside one attempt
     reuse the key too, and `idempotency_key_in_progress` (the previous attempt still running
     on a worker Temporal gave up on) is waited out, then raised for Temporal to retry later.
+
+    `idempotency_outcome_unknown` is raised as `ApplicationError(type="OutcomeUnknownError",
+    non_retryable=True)`, its details the answer's `error.data`, its cause the client's
+    `OutcomeUnknownError`: another attempt would send the same key and get the same answer,
+    so Temporal does not make one, and the workflow decides (a new key is a new activity or a
+    new run). Raised inside `async with` a session, it leaves the activity in an
+    `ExceptionGroup`: give the worker `OutcomeUnknownInterceptor` too.
     """
     key = _calls().key(name, arguments)  # taken before any await: the order of the calls
-    return await call_tool(
-        session,
-        name,
-        arguments,
-        idempotency_key=key,
-        retry=retry,
-        require_capability=require_capability,
-    )
+    try:
+        return await call_tool(
+            session,
+            name,
+            arguments,
+            idempotency_key=key,
+            retry=retry,
+            require_capability=require_capability,
+        )
+    except OutcomeUnknownError as exc:
+        raise _failure(exc, f"{name}: {exc.message}") from exc
+
+
+def _failure(error: OutcomeUnknownError, message: str) -> ApplicationError:
+    """The non-retryable failure for an unknown outcome; its details: the answer's error.data."""
+    return ApplicationError(message, error.data, type=OUTCOME_UNKNOWN_TYPE, non_retryable=True)
+
+
+def _unknown_failure(error: BaseException) -> ApplicationError | None:
+    """The non-retryable failure `error` stands for: itself, the one `keyed_call` raised inside
+    an exception group, or one made for an `OutcomeUnknownError` (bare or in a group)."""
+    if isinstance(error, ApplicationError):
+        if error.type == OUTCOME_UNKNOWN_TYPE and error.non_retryable:
+            return error
+        return None
+    if isinstance(error, OutcomeUnknownError):
+        return _failure(error, error.message)
+    inner = getattr(error, "exceptions", None)  # an exception group, at any depth
+    if isinstance(inner, tuple):
+        for exc in inner:
+            if isinstance(exc, BaseException) and (found := _unknown_failure(exc)) is not None:
+                return found
+    return None
+
+
+class OutcomeUnknownInterceptor(Interceptor):  # type: ignore[misc,unused-ignore]
+    """A worker interceptor: an activity whose tool call's outcome is unknown fails for good.
+
+        Worker(client, task_queue=..., activities=[...], interceptors=[OutcomeUnknownInterceptor()])
+
+    Why: a tool call inside `async with` an mcp session raises out of the session's task
+    groups as an `ExceptionGroup`, which Temporal retries, and a client of your own (pydantic-ai's
+    toolset with `activity_key_for`, `call_tool` with `activity_key`) raises a bare
+    `OutcomeUnknownError`, which Temporal retries too. Each retry sends the same key and gets the
+    same answer, until the policy gives up (never, by default). With this interceptor an
+    activity that raised either fails with `ApplicationError(type="OutcomeUnknownError",
+    non_retryable=True)`, caused by what it raised; every other outcome passes unchanged."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _NonRetryableUnknown(next)
+
+
+class _NonRetryableUnknown(ActivityInboundInterceptor):  # type: ignore[misc,unused-ignore]
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        try:
+            return await self.next.execute_activity(input)
+        except BaseException as error:
+            failure = _unknown_failure(error)
+            if failure is None or failure is error:
+                raise
+            # keyed_call's keeps its cause (the client's OutcomeUnknownError); else the group.
+            raise failure from (failure.__cause__ or error)

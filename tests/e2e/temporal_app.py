@@ -10,6 +10,9 @@ without a key) with a heartbeat, so that Temporal notices a killed worker within
 this worker spawns SIGKILLs it from inside the tool (tests/e2e/temporal_server.py). With
 `--hold`, the worker starts (imports, connects) but polls only after a line on its stdin: the
 test starts the next worker while the first one still runs, and lets it poll once that one died.
+
+`UnknownWorkflow` (run by the test's own worker, in process) calls a tool whose answer is
+`idempotency_outcome_unknown` and returns what it caught.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
@@ -30,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     from examples import durable_temporal as example
+    from idemtools.integrations.temporal import keyed_call
 
 HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 
@@ -75,6 +80,49 @@ class CrashWorkflow:
                 initial_interval=timedelta(milliseconds=200), maximum_attempts=3
             ),
         )
+
+
+@activity.defn
+async def call_unknown(proxy: list[str], errlog: str) -> str:
+    """`die` through the stdio proxy `proxy` (an argv): its upstream exits mid-call, and the
+    proxy answers `idempotency_outcome_unknown` (a retry through a new proxy on the same store
+    gets that same answer)."""
+    server = StdioServerParameters(
+        command=proxy[0], args=proxy[1:], env={**os.environ, "PYTHONPATH": str(_root())}
+    )
+    with open(errlog, "a") as err:  # noqa: ASYNC230 (opened once, before the session)
+        async with (
+            stdio_client(server, errlog=err) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            result = await keyed_call(session, "die", {"label": "unknown"})
+    return str(result)
+
+
+@workflow.defn
+class UnknownWorkflow:
+    """Calls `call_unknown` under a retry policy that would allow 3 attempts; returns what the
+    workflow caught: the cause's type, whether it was raised non-retryable, the retry state."""
+
+    @workflow.run
+    async def run(self, proxy: list[str], errlog: str) -> list[str]:
+        try:
+            await workflow.execute_activity(
+                call_unknown,
+                args=[proxy, errlog],
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(milliseconds=200), maximum_attempts=3
+                ),
+            )
+        except ActivityError as error:
+            cause = error.cause
+            if not isinstance(cause, ApplicationError):
+                raise
+            retry_state = error.retry_state.name if error.retry_state is not None else ""
+            return [str(cause.type), str(cause.non_retryable), retry_state]
+        return ["answered"]
 
 
 def _root() -> Path:

