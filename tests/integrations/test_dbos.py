@@ -5,8 +5,11 @@ Real processes: an idemtools server (streamable HTTP, SQLite store file) and DBO
 (examples/durable_dbos.py's workflow), on a SQLite and on a PostgreSQL system database (a fresh
 database, dropped after). The server's tool SIGKILLs the armed worker right after its side
 effect, so the crash falls exactly between the execution and the engine's record of it. Without
-the key the recovered step runs the tool a second time (the fault is real); the same workflow id
-after completion is DBOS's recorded result (nothing runs); a new workflow id is a new operation.
+the key the recovered step runs the tool a second time (the fault is real).
+
+A second run of the same workflow id does not execute again: the workflow id is DBOS's own
+idempotency key, and starting a finished workflow's id returns DBOS's recorded result (the tool
+does not run, whatever the key). Only a new workflow id executes again: a new operation.
 """
 
 from __future__ import annotations
@@ -62,9 +65,12 @@ def payments(tmp_path: Path) -> Iterator[Payments]:
         yield server
 
 
-def test_a_recovered_step_runs_the_tool_once_with_the_key_and_twice_without(
+def test_a_recovered_step_runs_the_tool_once_and_the_same_workflow_id_returns_dbos_record(
     payments: Payments, system_database: str
 ) -> None:
+    """With the key, a recovered step's tool ran once (without: twice). Starting the same
+    workflow id again returns DBOS's recorded result, nothing executes; a new workflow id
+    executes again."""
     env = {**payments.env(), "DBOS_SYSTEM_DATABASE_URL": system_database}
     log = payments.log.with_name("workers.log")
     keyed, unkeyed, new = (f"order-{uuid.uuid4().hex[:8]}-{n}" for n in range(3))
@@ -92,12 +98,13 @@ def test_a_recovered_step_runs_the_tool_once_with_the_key_and_twice_without(
     assert unkeyed_result == "order paid: charged 43 usd (charge #2)"
     assert payments.charges(43) == 2, "the fault is real: without a key the re-run charges again"
 
-    # The same workflow id after completion: DBOS's recorded result, nothing runs.
-    assert keyed_again == keyed_result
-    assert payments.charges(42) == 1
-    # A new workflow id is a new operation.
+    # The same workflow id started again after completion: DBOS returns its recorded result
+    # (the workflow id is DBOS's own idempotency key); nothing executes.
+    assert keyed_again == keyed_result, "the same workflow id: DBOS's recorded result"
+    assert payments.charges(42) == 1, "the same workflow id did not execute again"
+    # A new workflow id is a new operation: it executes.
     assert new_result == "order paid: charged 44 usd (charge #1)"
-    assert payments.charges(44) == 1
+    assert payments.charges(44) == 1, "a new workflow id executes again"
 
 
 def test_pydantic_ai_dbos_agent_with_the_derived_key_runs_the_tool_once(
