@@ -5,7 +5,9 @@
 Three measurements, each with a temporary XDG_STATE_HOME (nothing of the real home is touched):
 
 1. Start-up in process: choosing the store and its first operation (the server's start-up check
-   reads one absent record): `stdio_default_store()` + `get()` vs `MemoryStore()` + `get()`.
+   reads one absent record): `stdio_default_store()` + `get()` vs `MemoryStore()` + `get()`,
+   on a new file (the first start of a server) and on the file an earlier start left (every
+   later start, e.g. a host that starts a server process per call).
 2. Per keyed call in process: one claim and one complete (a first execution) and one claim of a
    completed key (a replay), medians over `--calls`.
 3. A whole stdio server process, as a host starts one: spawn tests/e2e/boundary_server.py,
@@ -114,6 +116,12 @@ async def main() -> None:
         row(
             "start-up: store + first read",
             statistics.median(default_starts),
+            statistics.median(memory_starts),
+        )
+        again_starts = [await startup(lambda: stdio_default_store("bench-0")) for _ in range(20)]
+        row(
+            "start-up again: the file exists",
+            statistics.median(again_starts),
             statistics.median(memory_starts),
         )
         d_first, d_replay = await per_call(stdio_default_store("bench-calls"), args.calls)
