@@ -183,7 +183,7 @@ def _policy(table: Mapping[str, Any], base: Policy, where: str) -> Policy:
                 "function is Python code: the library's Policy takes one, a proxy config "
                 "cannot)"
             )
-        policy = replace(policy, on_lapse=value)
+        policy = replace(policy, on_lapse="refuse" if value == "refuse" else "rerun")
     if "authorize" in table:
         rule = table["authorize"]
         if not isinstance(rule, Mapping):
