@@ -23,6 +23,7 @@ or the store has no such method: written against the five operations alone, it m
 the server's loop), renewals are sent to the engine's own event loop instead (asyncio, or trio
 through its token): a blocked loop then delays them, and late completion (a store records an
 outcome whose lease ran out while nobody else claimed the key) is what still saves the outcome.
+The `idempotency_outcome_unknown` written past a call's `max_runtime` takes the same route.
 """
 
 from __future__ import annotations
@@ -399,12 +400,9 @@ class LeaseKeeper:
         try:
             if store is not None:
                 written = await self._record_unknown(store, held)
-            elif held.loop is not None:
-                future = asyncio.run_coroutine_threadsafe(
-                    self._record_unknown(self._source, held), held.loop
-                )
-                written = await asyncio.wrap_future(future)
-            else:  # trio without a connection of the keeper's own: nothing to send it on
+            elif held.loop is not None or held.trio is not None:
+                written = await self._record_on_caller_loop(held)
+            else:  # no loop of the caller's to reach: renewed on, and tried again
                 written = False
         except Exception as exc:
             written = False
@@ -422,6 +420,28 @@ class LeaseKeeper:
             return
         held.renewing = False
         await self._renew(store, held, sent)
+
+    async def _record_on_caller_loop(self, held: Lease) -> bool:
+        """The unknown outcome written where the store's calls run, as renewals are for a
+        store without a connection of the keeper's own: the caller's asyncio loop, or its trio
+        run through the trio token (a blocked loop delays it, as it delays renewals)."""
+        assert self._record_unknown is not None
+        record, source = self._record_unknown, self._source
+
+        async def write() -> bool:
+            # It reaches the caller's loop later: by then the call may be recording its own
+            # outcome or have ended, and nothing must be written over it.
+            if held.done or not held.claimed:
+                return False
+            return await record(source, held)
+
+        if held.loop is None:
+            import trio
+
+            run: Callable[..., bool] = trio.from_thread.run
+            return await asyncio.to_thread(run, write, trio_token=held.trio)
+        future = asyncio.run_coroutine_threadsafe(write(), held.loop)
+        return await asyncio.wrap_future(future)
 
     async def _renew_on_caller_loop(self, held: Lease) -> bool:
         source = self._source

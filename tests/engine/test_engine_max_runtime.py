@@ -137,3 +137,27 @@ async def test_max_runtime_on_redis(caplog: pytest.LogCaptureFixture) -> None:
     assert after.replayed and after.result is not None, after
     assert after.result["content"][0]["text"] == "run 1"
     assert [r for r in caplog.records if "max_runtime" in r.getMessage()]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_runtime_with_a_store_of_the_five_operations_alone(
+    backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A custom store bound to the server's loop, without `for_lease_keeper` (renewed on that
+    # loop: asyncio's, or trio's through its token): the unknown outcome is written there too.
+    # It has no `replaceable` either, so the unknown record is final: the tool's own outcome,
+    # when it ends, does not replace it.
+    from .test_lease_keeper_custom_store import LoopBound
+
+    store = LoopBound()
+
+    async def main() -> None:
+        retry, tool, _, after = await _scenario(store, 0.5, caplog)
+        assert _unknown(retry), retry
+        assert tool.calls == 1
+        assert _unknown(after) and after.replayed and tool.calls == 1, after
+
+    anyio.run(main, backend=backend)
+    assert store.refused == 0, "every operation ran on the server's loop"
+    (line,) = [r.getMessage() for r in caplog.records if "max_runtime" in r.getMessage()]
+    assert "tool=export" in line
