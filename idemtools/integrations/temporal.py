@@ -195,11 +195,16 @@ def _failure(error: OutcomeUnknownError, message: str) -> ApplicationError:
 
 def _unknown_failure(error: BaseException) -> ApplicationError | None:
     """The non-retryable failure `error` stands for: itself, the one `keyed_call` raised inside
-    an exception group, or one made for an `OutcomeUnknownError` (bare or in a group)."""
+    an exception group, or one made for an `OutcomeUnknownError` (bare or in a group) or for a
+    retryable `ApplicationError` of its type (a framework's conversion of it)."""
     if isinstance(error, ApplicationError):
-        if error.type == OUTCOME_UNKNOWN_TYPE and error.non_retryable:
+        if error.type != OUTCOME_UNKNOWN_TYPE:
+            return None
+        if error.non_retryable:
             return error
-        return None
+        return ApplicationError(
+            error.message, *error.details, type=OUTCOME_UNKNOWN_TYPE, non_retryable=True
+        )
     if isinstance(error, OutcomeUnknownError):
         return _failure(error, error.message)
     inner = getattr(error, "exceptions", None)  # an exception group, at any depth

@@ -100,6 +100,14 @@ async def test_temporal_interceptor_fails_an_unknown_outcome_for_good() -> None:
         assert (failure.type, failure.non_retryable) == (OUTCOME_UNKNOWN_TYPE, True)
         assert failure.details == (unknown.data,) and failure.__cause__ is error
     assert await outcome(ExceptionGroup("g", [keyed])) is keyed  # keyed_call's, unchanged
+    converted = ApplicationError("lost", unknown.data, type=OUTCOME_UNKNOWN_TYPE)  # retryable
+    failure = await outcome(converted)
+    assert isinstance(failure, ApplicationError) and failure.non_retryable
+    assert (failure.message, failure.details, failure.__cause__) == (
+        "lost",
+        (unknown.data,),
+        converted,
+    )
     for other in (ConnectionError("lost"), ExceptionGroup("g", [ValueError()]), keyed):
         assert await outcome(other) is other  # everything else passes as it was
 
