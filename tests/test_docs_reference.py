@@ -120,3 +120,33 @@ def test_the_proxy_config_page_quotes_the_real_defaults() -> None:
 def test_the_proxy_config_page_names_every_scope() -> None:
     cell = _table("Policy keys")["scope"][2]
     assert set(re.findall(r"`([a-z-]+)`", cell)) == set(SCOPE_NAMES)
+
+
+# -- the operations page's metrics ----------------------------------------------------------
+
+OPERATIONS = ROOT / "docs" / "operations.md"
+
+
+def _first_cells(heading: str, header: str) -> set[str]:
+    """The `code` first cells of the table whose header row starts with `header`, in the
+    section under `## heading` of docs/operations.md."""
+    text = OPERATIONS.read_text(encoding="utf-8")
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    table = section.split(f"\n| {header} |", 1)[1].split("\n\n", 1)[0]
+    return set(re.findall(r"^\| `([a-z_.]+)` \|", table, re.MULTILINE))
+
+
+def test_the_metrics_table_lists_every_engine_counter() -> None:
+    from dataclasses import fields
+
+    from idemtools.engine.core import EngineStats
+
+    assert _first_cells("Metrics", "counter") == {f.name for f in fields(EngineStats)}
+
+
+def test_the_opentelemetry_table_lists_every_instrument() -> None:
+    source = (ROOT / "idemtools" / "engine" / "telemetry.py").read_text(encoding="utf-8")
+    made = set(re.findall(r"meter\.create_\w+\(\s*\"([a-z_.]+)\"", source))
+    assert len(made) >= 4, made
+    documented = _first_cells("Observability: OpenTelemetry and `on_outcome`", "instrument")
+    assert documented == made

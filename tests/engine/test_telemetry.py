@@ -266,6 +266,55 @@ async def test_a_lease_renewal_is_timed(otel: Otel) -> None:
     assert "renew" in operations
 
 
+async def test_a_lapsed_claim_is_counted_by_what_on_lapse_did(otel: Otel) -> None:
+    # An execution stops renewing inside the tool (its engine's keeper closed: to the store, a
+    # dead process) and its lease runs out; retries on another engine find the lapsed claims.
+    store = MemoryStore()
+    dead = Engine(store, registry=Registry())
+    lease = 0.3
+    entered, forever = anyio.Event(), anyio.Event()
+    runs = 0
+
+    async def charge() -> Outcome:
+        nonlocal runs
+        runs += 1
+        if runs <= 2:  # the first run of each key hangs: the process that will "die"
+            if runs == 2:
+                entered.set()
+            await forever.wait()
+        return ok(f"charged, run {runs}")
+
+    def keyed(key: str, on_lapse: str) -> ToolCall:
+        policy = Policy.of(retention=60, lease=lease, on_lapse=on_lapse)  # type: ignore[arg-type]
+        return ToolCall(
+            name="charge", arguments={"amount": 1}, key=key, context=STDIO, policy=policy
+        )
+
+    engine = otel.engine(store)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(dead.handle, keyed("k-rerun", "rerun"), charge)  # type: ignore[arg-type]  # a coroutine, typed Awaitable
+        tg.start_soon(dead.handle, keyed("k-refuse", "refuse"), charge)  # type: ignore[arg-type]  # a coroutine, typed Awaitable
+        with anyio.fail_after(5):
+            await entered.wait()
+        dead.keeper.close()
+        await anyio.sleep(lease * 3)
+        rerun = await engine.handle(keyed("k-rerun", "rerun"), charge)
+        refused = await engine.handle(keyed("k-refuse", "refuse"), charge)
+        tg.cancel_scope.cancel()
+    await engine.aclose()
+    assert rerun.error is None and runs == 3, rerun
+    assert refused.error is not None
+    assert refused.error["data"]["type"] == "idempotency_outcome_unknown"
+    assert engine.stats.lapsed_claims == 2 and engine.stats.lapsed_reruns == 1
+    counted = {
+        tuple(sorted(p.attributes.items())): p.value for p in otel.points("idemtools.lapsed_claims")
+    }
+    assert counted == {
+        (("idemtools.on_lapse", "refuse"), ("idemtools.store.name", "memory")): 1,
+        (("idemtools.on_lapse", "rerun"), ("idemtools.store.name", "memory")): 1,
+    }
+
+
 class FailingStore(MemoryStore):
     async def claim(self, *args: Any, **kwargs: Any) -> Any:
         raise ConnectionError("redis at 10.0.0.7 went away")
