@@ -290,7 +290,9 @@ def local_transport(kind: LocalTransport) -> Iterator[None]:
             with idemtools.local_transport("stdio"):
                 await server.run(read, write, options)
 
-    Never wrap a network transport in it: every remote caller would share one scope.
+    Declared around a low-level `server.run()` that names no store, "stdio" also gives it the
+    stdio default store (docs/stores.md, "The default store"). Never wrap a network transport
+    in it: every remote caller would share one scope.
     """
     if kind not in ("stdio", "memory"):
         raise ValueError(f"local_transport takes 'stdio' or 'memory', got {kind!r}")

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from .._sdk import SDK2
 from ..engine import Engine, _store_name
 from ..engine.telemetry import OnOutcome
 from ..errors import ErrorCodes, InstallError
 from ..policy import DEFAULT_POLICY, Policy, Registry, _checked_authorize
-from ..scopes import AuthorizeFn
+from ..scopes import AuthorizeFn, declared_local_transport
 from ..stores.base import Store
 from .scope_fit import Serving, warn_unusable_scopes
 
@@ -135,7 +136,9 @@ class Installation:
         """An adapter learned what the server serves; its scopes are checked at start-up.
 
         The first transport served also fixes the default store (before the first call): on
-        stdio a SQLite file in the user's state directory, elsewhere `MemoryStore`."""
+        stdio a SQLite file in the user's state directory, elsewhere `MemoryStore`. A low-level
+        `Server` serves stdio as far as idemtools can tell only when its `run()` is called
+        inside `local_transport("stdio")` (noted at its lifespan, `_check_once`)."""
         self._servings.setdefault(serving, False)
         if self._default_store:
             self._default_store = False
@@ -163,6 +166,12 @@ class Installation:
                 log.warning("idemtools could not check the tools' scopes", exc_info=True)
 
     async def _check_once(self) -> None:
+        if declared_local_transport() == "stdio":
+            # A low-level `Server.run()` inside `local_transport("stdio")`: its transport is
+            # its caller's code, which declared it. The lifespan is entered in `run()`, in the
+            # caller's context and before the first message is read. (The runners of FastMCP
+            # and MCPServer noted their stdio already: the same `Serving`, noted once.)
+            self.note_serving(Serving("stdio", modern_era=SDK2))
         self._default_store = False  # served: the store is fixed before the first call
         await self._check_servings()
         if not self._checked:
