@@ -257,7 +257,7 @@ class Engine(Lifecycle):
                 return self._answer_existing(claim.existing, key, fp, policy)
             held.claimed = True
             if self._closing:
-                await self._claimed_while_closing(execution)
+                await self._claimed_while_closing(execution, claim.lapsed is not None)
             lapsed = claim.lapsed
             if lapsed is not None:  # an earlier execution's end was never recorded
                 run, counted = lapsed_run(self, execution, lapsed, call.arguments, run)
@@ -343,10 +343,13 @@ class Engine(Lifecycle):
         if self._closing:
             await self._ended(ex)
 
-    async def _claimed_while_closing(self, ex: Execution) -> None:
+    async def _claimed_while_closing(self, ex: Execution, took_over: bool) -> None:
         """Claimed after closing began: not run. Released (fenced by owner) before the store
-        may close, and refused like any call that arrives during shutdown."""
+        may close, and refused like any call that arrives during shutdown. A claim that took a
+        lapsed one over gives it back as lapsed: deleted, it would let the next retry run the
+        tool again whatever its `on_lapse` says."""
         assert ex.held is not None
+        ex.relapse = took_over
         self.keeper.drop(ex.held)
         with shielded():
             await self._release_quietly(ex, why="the server is shutting down")
@@ -392,7 +395,7 @@ class Engine(Lifecycle):
             elif skip_first:
                 continue
             try:
-                if await self._calls.release(ex.scope, ex.key, ex.owner):
+                if await self._calls.release(ex.scope, ex.key, ex.owner, lapse=ex.relapse):
                     self.stats.released += 1
                     log.info("claim released after %s key_digest=%s", why, digest(ex.key))
                     return True

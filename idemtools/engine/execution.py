@@ -57,7 +57,7 @@ class Execution:
     held: Lease | None = None  # the lease keeper's hold on the claim
     obs: Watch | None = None  # the observers' watch, when any listens
     reraise: BaseException | None = None  # an interrupt the tool raised, raised once recorded
-    relapse: bool = False  # a reconcile could not decide: the claim goes back to lapsed
+    relapse: bool = False  # a taken-over lapsed claim goes back to lapsed (undecided, shut down)
 
 
 async def run_tool(ex: Execution, run: Run) -> Outcome:

@@ -273,3 +273,61 @@ def test_on_lapse_is_checked_when_declared() -> None:
         Policy.of(on_lapse="retry")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="reconcile_timeout"):
         Policy.of(reconcile_timeout=0)
+
+
+class _GatedStore(MemoryStore):
+    """A MemoryStore whose claims, once `gate` is armed, wait for it before answering."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: anyio.Event | None = None
+        self.waiting = anyio.Event()
+
+    async def claim(self, *args: Any, **kwargs: Any) -> Any:
+        answer = await super().claim(*args, **kwargs)
+        if self.gate is not None:
+            self.waiting.set()
+            await self.gate.wait()
+        return answer
+
+
+async def test_a_lapsed_claim_taken_over_while_shutting_down_is_given_back() -> None:
+    # The retry's claim takes the lapsed claim over, and the server starts shutting down
+    # before the answer arrives: the call is refused, not run, and the claim must go back to
+    # lapsed (deleting it would let the next retry run the tool again, whatever on_lapse says).
+    tool = Tool()
+    policy = _policy("refuse")
+    store = _GatedStore()
+    dead = Engine(store, registry=Registry())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(dead.handle, _call(policy), tool)  # type: ignore[arg-type]  # a coroutine, typed Awaitable
+        with anyio.fail_after(5):
+            await tool.started.wait()
+        dead.keeper.close()
+        await anyio.sleep(LEASE * 2)
+        closing = Engine(store, registry=Registry())
+        store.gate = anyio.Event()
+        answers: list[Outcome] = []
+
+        async def retry() -> None:
+            answers.append(await closing.handle(_call(policy), tool))
+
+        async with anyio.create_task_group() as inner:
+            inner.start_soon(retry)
+            with anyio.fail_after(5):
+                await store.waiting.wait()
+            inner.start_soon(closing.aclose)
+            while not closing._closing:
+                await anyio.sleep(0.01)
+            store.gate.set()
+        store.gate = None
+        (refused,) = answers
+        assert _type(refused) == "idempotency_store_unavailable", refused
+        record = await store.get(_scope_of(policy), KEY)
+        assert record is not None and record.status is Status.LAPSED, record
+        later = Engine(store, registry=Registry())
+        again = await later.handle(_call(policy), tool)
+        await later.aclose()
+        tg.cancel_scope.cancel()
+    assert _type(again) == "idempotency_outcome_unknown", again
+    assert tool.calls == 1
