@@ -165,6 +165,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "outcomes over 512 KiB are not recorded: a 1 MiB outcome's retry runs again",
         "replay-large-outcome",
     ),
+    _m(
+        "huge-error-unrecorded",
+        "replay",
+        "outcomes over 512 KiB run, are not recorded, and are answered with an internal error: "
+        "the retry of that error runs the tool again",
+        "replay-large-outcome",
+    ),
     # -- in progress
     _m(
         "in-progress-executes",

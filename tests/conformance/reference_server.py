@@ -133,6 +133,7 @@ MUTANTS = frozenset(
         "retention-errors-short",
         "retention-large-short",
         "not-processed-on-replay",
+        "huge-error-unrecorded",
         # conforming variants (not bugs): the kit must pass them
         "retention-forever",
         "record-size-limit",
@@ -611,6 +612,9 @@ class Server:
             except BaseException:  # cancelled: nothing was recorded, the key is free again
                 self.store.release(scope, key, row.owner)
                 raise
+            if self.has("huge-error-unrecorded") and len(outcome[1]) > HUGE:
+                self.store.release(scope, key, row.owner)  # ran, kept nothing, said "error"
+                return _error(-32603, "internal error: the outcome is too large to record")
             if self._forgets(outcome):
                 self.store.release(scope, key, row.owner)
             else:

@@ -3,6 +3,7 @@ every failure says what was sent, what came back and the sentence it breaks."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -10,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idemtools.conformance.catalogue import CHECKS, SCENARIOS
-from idemtools.conformance.contract import RECORD, THROW, throw_count
+from idemtools.conformance.contract import RECORD, THROW, answer_text, throw_count
+from idemtools.conformance.families.outcomes import HUGE
 from idemtools.conformance.probe import probe
 from idemtools.conformance.runner import _gate
 from tests.budget import examples
@@ -123,6 +125,54 @@ async def test_the_older_throw_field_is_accepted_with_a_note() -> None:
         assert statuses["sep-3182-conflict-jsonrpc-error-record"] == "pass"
         assert report.exit_code() == 0
     assert throw_count({"data": {"executions": 2, "count": 9}}) == 2
+
+
+@dataclass
+class Huge(Scripted):
+    """Pads answers as the contract asks; a 1 MiB outcome gets `huge` done to it: "refuse"
+    answers an error before running (a per-record limit), "error" runs, then answers (and
+    records, and replays) an error, "forget" runs, answers an error and records nothing."""
+
+    huge: str = "refuse"
+
+    def call(self, params: dict[str, Any]) -> dict[str, Any]:
+        pad = (params.get("arguments") or {}).get("pad") or 0
+        if pad >= HUGE and self.huge == "refuse":
+            data = {"type": "idempotency_record_too_large", "bytes": pad}
+            return {"error": {"code": -31003, "message": "over the per-record limit", "data": data}}
+        if pad >= HUGE and self.huge == "forget":
+            self.execute({**params, "arguments": {"label": params["arguments"]["label"]}})
+            return {"error": {"code": -32603, "message": "internal error"}}
+        return super().call(params)
+
+    def execute(self, params: dict[str, Any]) -> dict[str, Any]:
+        answer = super().execute(params)
+        pad = (params.get("arguments") or {}).get("pad") or 0
+        if params["name"] != RECORD or not pad or "result" not in answer:
+            return answer
+        if pad >= HUGE:  # huge == "error": it ran, and its outcome is this error
+            return {"error": {"code": -31003, "message": "outcome too large", "data": None}}
+        label, n = params["arguments"]["label"], self.counts[params["arguments"]["label"]]
+        answer["result"]["content"][0]["text"] = answer_text(label, n, pad)
+        return answer
+
+
+@pytest.mark.parametrize(
+    ("huge", "status", "says"),
+    [
+        ("refuse", "note", "refused without running"),  # a documented limit: runs nothing
+        ("error", "pass", "its error was replayed"),  # ran once: that error is the outcome
+        ("forget", "fail", "was run again (2 executions)"),  # ran, kept nothing: runs twice
+    ],
+)
+async def test_a_huge_outcome_is_judged_by_what_ran_not_by_the_first_answer(
+    huge: str, status: str, says: str
+) -> None:
+    report = await judge(Huge(huge=huge), "large_outcome")
+    (result,) = report.results
+    assert result.status == status, result.detail
+    assert says in result.detail and "1048576" in result.detail, result.detail
+    assert report.exit_code() == (1 if status == "fail" else 0)
 
 
 @pytest.mark.parametrize("broken", [RECORD, "sep3182_count", "sep3182_fail", THROW])

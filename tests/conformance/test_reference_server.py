@@ -292,6 +292,7 @@ PROBES: dict[str, Callable[[Stdio], bool]] = {
     "large-not-recorded": large_replayed(64 * 1024),
     "large-truncated": large_replayed(64 * 1024),
     "huge-reexecuted": large_replayed(1024 * 1024),
+    "huge-error-unrecorded": large_replayed(1024 * 1024),
     "retention-lru-100": kept_past_other_keys,
     "throw-reexecuted": throw_replayed,
     "in-progress-corrupts": original_replayed_after_in_progress,
