@@ -129,7 +129,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         type=int,
         default=1500,
         metavar="MS",
-        help="how long the in-progress original runs (default 1500)",
+        help="how long the in-progress original runs (default 1500); the late-duplicate "
+        "check's original runs three times as long",
     )
     parser.add_argument(
         "--timeout",

@@ -211,6 +211,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "mcp-base-error-codes-legacy",
         eras=BOTH,
     ),
+    _m(
+        "in-progress-lease-expires",
+        "in-progress",
+        "the in-progress claim is a 300 ms lease that nothing renews while the tool runs: a "
+        "duplicate sent later runs again",
+        "in-progress-late-duplicates",
+    ),
+    _m(
+        "in-progress-conflict-executes",
+        "in-progress",
+        "one flight per key and arguments: other arguments under the key of a running call are "
+        "not seen, and run",
+        "in-progress-conflict-not-executed",
+    ),
     # -- concurrency
     _m(
         "race-check-then-set",

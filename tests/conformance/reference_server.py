@@ -57,6 +57,7 @@ CONFLICT_CODE = -31002
 TOO_LARGE_CODE = -31003
 LARGE = 32 * 1024  # what the large-outcome mutants call large
 HUGE = 512 * 1024  # ... and the size limit of record-size-limit
+LEASE = 0.3  # seconds: the in-progress claim of in-progress-lease-expires, never renewed
 THROW_CODE = 1001
 INVALID_PARAMS = -32602
 
@@ -134,6 +135,8 @@ MUTANTS = frozenset(
         "retention-large-short",
         "not-processed-on-replay",
         "huge-error-unrecorded",
+        "in-progress-lease-expires",
+        "in-progress-conflict-executes",
         # conforming variants (not bugs): the kit must pass them
         "retention-forever",
         "record-size-limit",
@@ -253,7 +256,8 @@ class Row:
 class Store:
     """Records keyed by (scope, key): SQLite in memory, or a file several instances share."""
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, lease: float | None = None) -> None:
+        self.lease = lease  # a claim in progress expires after this (mutant); None: never
         self.db = sqlite3.connect(path or ":memory:", isolation_level=None, timeout=10)
         if path:
             self.db.execute("PRAGMA journal_mode=WAL")
@@ -282,9 +286,10 @@ class Store:
                 self.db.execute("DELETE FROM records WHERE scope = ? AND key = ?", k)
                 row = None
             if row is None:
+                lease = None if self.lease is None else time.time() + self.lease
                 self.db.execute(
-                    "INSERT INTO records VALUES (?, ?, ?, ?, NULL, NULL, NULL)",
-                    (*k, fingerprint, owner),
+                    "INSERT INTO records VALUES (?, ?, ?, ?, NULL, NULL, ?)",
+                    (*k, fingerprint, owner, lease),
                 )
                 self.db.execute("COMMIT")
                 return "claimed", Row(fingerprint, owner, None, None)
@@ -406,7 +411,7 @@ class Server:
         if unknown:
             raise SystemExit(f"unknown mutant(s): {', '.join(sorted(unknown))}")
         path = None if "store-per-instance" in self.mutants else self.store_path
-        self.store = Store(path)
+        self.store = Store(path, LEASE if self.has("in-progress-lease-expires") else None)
         self.forever = asyncio.Event()  # never set: what in-progress-hangs waits for
 
     def has(self, mutant: str) -> bool:
@@ -606,6 +611,9 @@ class Server:
         else:
             status, row = self.store.claim(scope, key, fp)
         assert row is not None
+        running = status == "found" and row.kind is None
+        if running and row.fingerprint != fp and self.has("in-progress-conflict-executes"):
+            return await self.execute(name, arguments)  # one flight per key *and* arguments
         if status == "claimed":
             try:
                 outcome = await self.execute(name, arguments)

@@ -159,6 +159,8 @@ WITHOUT_INSTALL = (
         "replay-large-outcome",
         "retention-after-other-keys",
         "concurrent-duplicates-one-execution",
+        "in-progress-late-duplicates",
+        "in-progress-conflict-not-executed",
     )
     | (s("capability-discover") if LINE == 2 else set())
     | (s("error-replayed-jsonrpc", "conflict-jsonrpc-error-record") - NO_THROW)
@@ -213,6 +215,8 @@ PROTOTYPE = s(
     "conflict-tool-name",
     "conflict-error-data",
     "equivalence-numbers",
+    "in-progress-late-duplicates",
+    "in-progress-conflict-not-executed",
 )
 # ... and what it fails through those: a conflict by tool name is not refused, so whether the
 # record survives a refused conflict cannot be judged (blocked by conflict-tool-name).
@@ -255,6 +259,7 @@ def test_baseline_turns_known_failures_green_and_stale_entries_red(tmp_path: Pat
         "server:\n"
         "  - capability_initialize\n"
         "  - in_progress                  # the whole scenario may fail\n"
+        "  - in_progress_throughout\n"
         "  - conflicts:sep-3182-conflict-tool-name\n"
         "  - conflict_record\n"
         "  - sep-3182-equivalence-numbers\n"

@@ -15,6 +15,7 @@ import json
 import subprocess
 import tempfile
 import threading
+import time
 import unicodedata
 import uuid
 from collections.abc import Callable, Iterator
@@ -158,6 +159,28 @@ def original_replayed_after_in_progress(s: Stdio) -> bool:
     return bool(refused and retry.get("result") == first["result"])
 
 
+def one_execution_late_in_a_run(s: Stdio) -> bool:
+    """A duplicate sent well after the original started (past any short lease) runs nothing."""
+    key, args = fresh("k"), {"label": fresh(), "ms": 900}
+    s.count(args["label"])  # the server is up and reading: the times below are its own
+    original = s.send("tools/call", _params("sep3182_record_slow", args, key, {}))
+    time.sleep(0.6)
+    duplicate = s.send("tools/call", _params("sep3182_record_slow", args, key, {}))
+    s.line(original)
+    s.line(duplicate)
+    return s.count(args["label"]) == 1
+
+
+def other_arguments_run_nothing_while_running(s: Stdio) -> bool:
+    key, label, other = fresh("k"), fresh(), fresh()
+    original = s.send(
+        "tools/call", _params("sep3182_record_slow", {"label": label, "ms": 400}, key, {})
+    )
+    refused = s.call("sep3182_record_slow", {"label": other, "ms": 0}, key)
+    s.line(original)
+    return "error" in refused and s.count(other) == 0
+
+
 def _conflict_against(tool: str) -> Callable[[Stdio], bool]:
     def probe(s: Stdio) -> bool:
         key, label = fresh("k"), fresh()
@@ -293,6 +316,8 @@ PROBES: dict[str, Callable[[Stdio], bool]] = {
     "large-truncated": large_replayed(64 * 1024),
     "huge-reexecuted": large_replayed(1024 * 1024),
     "huge-error-unrecorded": large_replayed(1024 * 1024),
+    "in-progress-lease-expires": one_execution_late_in_a_run,
+    "in-progress-conflict-executes": other_arguments_run_nothing_while_running,
     "retention-lru-100": kept_past_other_keys,
     "throw-reexecuted": throw_replayed,
     "in-progress-corrupts": original_replayed_after_in_progress,

@@ -13,7 +13,15 @@ import dataclasses
 
 from ..scenario import Scenario, _scenario
 from ..sentences import PREREQUISITE, CheckInfo
-from . import arguments, concurrency, conflict_record, keys, not_processed, outcomes
+from . import (
+    arguments,
+    concurrency,
+    conflict_record,
+    keys,
+    not_processed,
+    outcomes,
+    running,
+)
 
 __all__ = ["FAMILIES", "family_of", "register"]
 
@@ -21,7 +29,8 @@ __all__ = ["FAMILIES", "family_of", "register"]
 FAMILIES: dict[str, str] = {
     "capability": "the tools.idempotency capability is declared",
     "replay": "a completed duplicate is not executed and gets the recorded outcome, every kind",
-    "in-progress": "a duplicate of a running call is refused at once, and nothing runs twice",
+    "in-progress": "a duplicate of a running call, early or late, and other arguments under "
+    "its key are refused, and nothing runs twice",
     "conflict": "other arguments under a used key are refused and leave the record as it was",
     "arguments": "equivalent arguments match, different ones conflict, at any depth",
     "keys": "a key is an opaque string, matched exactly",
@@ -66,7 +75,7 @@ _EXISTING: dict[str, str] = {
     "key_not_a_string": "keys",
     "error_object": "base",
 }
-_MODULES = (arguments, conflict_record, keys, outcomes, concurrency, not_processed)
+_MODULES = (arguments, conflict_record, keys, outcomes, concurrency, running, not_processed)
 
 
 def family_of(scenario: Scenario) -> str:
