@@ -284,6 +284,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "conflict-record-unchanged",
     ),
     _m(
+        "conflict-clears-error-record",
+        "conflict",
+        "a refused conflict deletes a JSON-RPC error record (an error taken as safe to retry)",
+        "conflict-record-unchanged",
+    ),
+    _m(
         "reserved-code",
         "conflict+base",
         "the conflict refusal uses -32077, a code the 2026-07-28 spec reserves and does not define",

@@ -137,6 +137,7 @@ MUTANTS = frozenset(
         "huge-error-unrecorded",
         "in-progress-lease-expires",
         "in-progress-conflict-executes",
+        "conflict-clears-error-record",
         # conforming variants (not bugs): the kit must pass them
         "retention-forever",
         "record-size-limit",
@@ -673,6 +674,8 @@ class Server:
                 self.store.refingerprint(scope, key, fp)
             if self.has("conflict-deletes"):
                 self.store.forget(scope, key)
+            if self.has("conflict-clears-error-record") and row.kind == "error":
+                self.store.forget(scope, key)  # "an error outcome may be retried anyway"
             return self._conflict(sent)
         while row.kind is None:
             if self.has("in-progress-corrupts"):

@@ -181,6 +181,14 @@ def other_arguments_run_nothing_while_running(s: Stdio) -> bool:
     return "error" in refused and s.count(other) == 0
 
 
+def error_record_survives_conflict(s: Stdio) -> bool:
+    key, label = fresh("k"), fresh()
+    first = s.raw("sep3182_throw", {"label": label, "payload": "a"}, key)
+    s.call("sep3182_throw", {"label": label, "payload": "b"}, key)
+    again = s.raw("sep3182_throw", {"label": label, "payload": "a"}, key)
+    return first == again and s.count(label) == 1
+
+
 def _conflict_against(tool: str) -> Callable[[Stdio], bool]:
     def probe(s: Stdio) -> bool:
         key, label = fresh("k"), fresh()
@@ -318,6 +326,7 @@ PROBES: dict[str, Callable[[Stdio], bool]] = {
     "huge-error-unrecorded": large_replayed(1024 * 1024),
     "in-progress-lease-expires": one_execution_late_in_a_run,
     "in-progress-conflict-executes": other_arguments_run_nothing_while_running,
+    "conflict-clears-error-record": error_record_survives_conflict,
     "retention-lru-100": kept_past_other_keys,
     "throw-reexecuted": throw_replayed,
     "in-progress-corrupts": original_replayed_after_in_progress,

@@ -3,12 +3,15 @@
 An implementation that overwrites the record with the refused call's arguments, or deletes it,
 still refuses the conflict itself; what it breaks shows on the next retry of the original
 arguments, which must replay the original outcome without running anything. Checked for a
-result record, an `isError` record and a conflict by tool name.
+result record, an `isError` record, a JSON-RPC error record (with `sep3182_throw`) and a
+conflict by tool name.
 """
 
 from __future__ import annotations
 
-from ..contract import FAIL, RECORD, RECORD_SLOW
+from typing import Any
+
+from ..contract import FAIL, RECORD, RECORD_SLOW, THROW, throw_count
 from ..scenario import Context, Outcomes, Reply
 from ..sentences import _CONFLICT, _REPEAT, _RETURN, _c
 
@@ -28,7 +31,7 @@ CHECKS = [
 
 async def conflict_record(ctx: Context) -> Outcomes:
     check = "sep-3182-conflict-record-unchanged"
-    cases = (
+    cases: list[tuple[str, str, dict[str, Any], str, dict[str, Any], str]] = [
         ("a result", RECORD, {"payload": "first"}, RECORD, {"payload": "second"}, "rejected"),
         (
             "an isError result",
@@ -46,14 +49,25 @@ async def conflict_record(ctx: Context) -> Outcomes:
             {"payload": "same"},
             "tool-name",
         ),
-    )
+    ]
+    if await ctx.has_tool(THROW):
+        cases.append(
+            (
+                "a JSON-RPC error",
+                THROW,
+                {"payload": "first"},
+                THROW,
+                {"payload": "second"},
+                "jsonrpc-error-record",
+            )
+        )
     for what, tool, args, other_tool, other_args, blocker in cases:
         key, label = ctx.fresh("k"), ctx.fresh("keep")
         first = await ctx.call(tool, {"label": label, **args}, key)
-        if first.executions is None:
+        if _count(first) != 1:
             return {check: ("fail", f"the first keyed call did not answer: {first.show()}")}
         refused = await ctx.call(other_tool, {"label": label, **other_args}, key)
-        if not refused.rejected or refused.same_result(first):
+        if not refused.rejected or _same(refused, first):
             why = f"the conflicting call ({what}) was not refused: {refused.show()}"
             return {check: ("fail", why, {"blocked_by": f"sep-3182-conflict-{blocker}"})}
         again = await ctx.call(tool, {"label": label, **args}, key)
@@ -70,13 +84,25 @@ async def conflict_record(ctx: Context) -> Outcomes:
                     f"not refused: {twice.show()}",
                 )
             }
+    kinds = ", ".join(case[0] for case in cases)
     return {
         check: (
             "pass",
-            "after a refused conflict (a result, an isError result, another tool name) the "
-            "original arguments still replay and nothing ran again",
+            f"after a refused conflict ({kinds}) the original arguments still replay and "
+            "nothing ran again",
         )
     }
+
+
+def _count(reply: Reply) -> int | None:
+    return throw_count(reply.error) if reply.error is not None else reply.executions
+
+
+def _same(reply: Reply, original: Reply) -> bool:
+    """The recorded outcome again: the same result, or the same JSON-RPC error object."""
+    if original.error is not None:
+        return reply.same_error(original)
+    return reply.same_result(original)
 
 
 def _changed(what: str, first: Reply, again: Reply, count: int | None) -> str | None:
@@ -85,7 +111,7 @@ def _changed(what: str, first: Reply, again: Reply, count: int | None) -> str | 
             f"after a refused conflict ({what}), the original arguments ran again ({count} "
             "executions): the conflict deleted the record"
         )
-    if not again.same_result(first):
+    if not _same(again, first):
         return (
             f"after a refused conflict ({what}), the original arguments got {again.show()}, "
             f"not the original {first.show()}: the conflict overwrote the record"
