@@ -23,8 +23,9 @@ BOTH = (LEGACY, MODERN)
 @dataclass(frozen=True)
 class Mutant:
     """One bug. `eras`: the protocol eras the kit checks it in; `http`: over streamable HTTP,
-    two instances and two callers (else stdio); `retention`: the run documents a short window
-    (`--retention`), which the kit waits out."""
+    two instances and two callers (else stdio); `also_http`: over stdio, and once more over
+    HTTP (a bug whose trigger differs by transport); `retention`: the run documents a short
+    window (`--retention`), which the kit waits out."""
 
     name: str
     families: tuple[str, ...]
@@ -33,6 +34,7 @@ class Mutant:
     eras: tuple[str, ...] = (MODERN,)
     http: bool = False
     retention: bool = False
+    also_http: bool = False
 
 
 def _ids(*names: str) -> tuple[str, ...]:
@@ -232,6 +234,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the key is looked up, then claimed in a second step (an await between): two calls "
         "arriving together both run",
         "concurrent-duplicates-one-execution",
+        also_http=True,
     ),
     # -- conflict
     _m(

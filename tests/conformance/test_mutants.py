@@ -72,7 +72,22 @@ MUTANT_PLANS = {
     m.name: Plan(f"mutant-{m.name}", m.name, m.eras, m.http, m.retention, m.families)
     for m in catalogue.MUTANTS
 }
-ALL_PLANS = {p.name: p for p in (*REFERENCE_PLANS, *VARIANT_PLANS, *MUTANT_PLANS.values())}
+# A bug whose trigger differs by transport (two calls in one stdio write, two parallel HTTP
+# requests) is caught over both: one more run over HTTP, judged by the same checks.
+HTTP_TOO = {
+    m.name: Plan(f"mutant-{m.name}-http", m.name, m.eras, True, m.retention, m.families)
+    for m in catalogue.MUTANTS
+    if m.also_http and not m.http
+}
+# Every mutant run: (the plan's name, the mutant).
+MUTANT_RUNS = [
+    *((p.name, name) for name, p in MUTANT_PLANS.items()),
+    *((p.name, name) for name, p in HTTP_TOO.items()),
+]
+ALL_PLANS = {
+    p.name: p
+    for p in (*REFERENCE_PLANS, *VARIANT_PLANS, *MUTANT_PLANS.values(), *HTTP_TOO.values())
+}
 
 
 @dataclass
@@ -200,7 +215,7 @@ _by_name = {m.name: m for m in catalogue.MUTANTS}
 
 def _selected(session: pytest.Session) -> list[str]:
     """The plans the selected tests of this module need, in collection order."""
-    required = [f"mutant-{m.name}" for m in catalogue.MUTANTS]
+    required = [plan for plan, _mutant in MUTANT_RUNS]
     wanted: list[str] = []
     for item in session.items:
         if not isinstance(item, pytest.Function) or item.module is None:
@@ -211,7 +226,7 @@ def _selected(session: pytest.Session) -> list[str]:
         names: list[str] = {
             "test_reference_passes": [str(params.get("plan"))],
             "test_reference_exercises_every_check": [p.name for p in REFERENCE_PLANS],
-            "test_mutant_is_caught": [f"mutant-{params.get('mutant')}"],
+            "test_mutant_is_caught": [str(params.get("plan"))],
             "test_kill_rate_is_100_percent": required,
             "test_a_mutant_run_selects_only_its_families": ["mutant-conflict-overwrites"],
             "test_a_documented_size_limit_is_a_note_not_a_failure": ["variant-record-size-limit"],
@@ -353,23 +368,24 @@ def test_reference_exercises_every_check(runs: Runs) -> None:
 # -- every mutant is caught -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mutant", [m.name for m in catalogue.MUTANTS])
-def test_mutant_is_caught(runs: Runs, mutant: str) -> None:
+@pytest.mark.parametrize(("plan", "mutant"), MUTANT_RUNS, ids=[p for p, _m in MUTANT_RUNS])
+def test_mutant_is_caught(runs: Runs, plan: str, mutant: str) -> None:
     m = _by_name[mutant]
-    run = runs.get(f"mutant-{mutant}")
-    assert run.report, f"{mutant}: no report; {run.why()}"
+    run = runs.get(plan)
+    assert run.report, f"{plan}: no report; {run.why()}"
     survived = [i for i in m.expect if not run.caught(i)]
-    assert not survived, f"{mutant} ({m.bug}) was not caught by {survived}; {run.why()}"
+    assert not survived, f"{plan} ({m.bug}) was not caught by {survived}; {run.why()}"
 
 
 @pytest.mark.timeout(900)  # run alone, it waits for every kit run
 def test_kill_rate_is_100_percent(runs: Runs) -> None:
     killed: list[str] = []
     survivors: list[str] = []
-    for m in catalogue.MUTANTS:
-        run = runs.get(f"mutant-{m.name}")
-        (killed if all(run.caught(i) for i in m.expect) else survivors).append(m.name)
-    rate = len(killed) / len(catalogue.MUTANTS)
+    for plan, mutant in MUTANT_RUNS:
+        run = runs.get(plan)
+        caught = all(run.caught(i) for i in _by_name[mutant].expect)
+        (killed if caught else survivors).append(plan)
+    rate = len(killed) / len(MUTANT_RUNS)
     assert not survivors, f"kill rate {rate:.0%} ({len(killed)}): survivors {survivors}"
 
 
@@ -390,3 +406,11 @@ def test_a_documented_size_limit_is_a_note_not_a_failure(runs: Runs) -> None:
     ]
     assert large["status"] == "note", run.why()  # a pass with the allowance named
     assert "size limit" in large["detail"] and "1048576" in large["detail"], large["detail"]
+
+
+def test_a_race_is_run_over_both_transports() -> None:
+    """Two calls in one stdio write and two parallel HTTP requests reach a server by different
+    paths: the race mutant is caught over each."""
+    race = {plan for plan, mutant in MUTANT_RUNS if mutant == "race-check-then-set"}
+    assert race == {"mutant-race-check-then-set", "mutant-race-check-then-set-http"}
+    assert ALL_PLANS["mutant-race-check-then-set-http"].http
