@@ -109,7 +109,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "--tool",
         metavar="NAME",
         help="where the fixture tools are absent: a tool of the target that is safe to run "
-        "twice; the kit calls it with a key and retries once, to judge the replay",
+        "three times; the kit sends it three calls: one with a key and its retry under that key "
+        "(to judge the replay), and one whose key is the number 42 (a server should refuse it "
+        "without running the tool)",
     )
     parser.add_argument(
         "--arguments",

@@ -19,7 +19,7 @@ from .wire import LEGACY, MODERN, encode
 
 __all__ = ["FIRST", "LAST", "OMITTABLE", "TOOL_OPTION"]
 
-TOOL_OPTION = "--tool NAME --arguments JSON (a tool that is safe to run twice)"
+TOOL_OPTION = "--tool NAME --arguments JSON (a tool that is safe to run three times)"
 _BOTH = frozenset({LEGACY, MODERN})
 
 

@@ -205,6 +205,10 @@ def test_example_server_without_install_fails_the_musts_it_should(tmp_path: Path
 # Key order, whitespace and escapes are resolved by parsing plus sort_keys, so those pass; the
 # raw key, `_meta` outside the fingerprint and the recorded error replies pass too.
 # - any JSON value is a key (42 included)            -> malformed-key-refused (SHOULD)
+# - records only after the tool finished, again      -> in-progress-late-duplicates (every
+#                                                       duplicate of a running call runs) and
+#                                                       in-progress-conflict-not-executed (other
+#                                                       arguments meanwhile run too)
 PROTOTYPE = s(
     "capability-initialize",
     "malformed-key-refused",
