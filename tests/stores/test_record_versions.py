@@ -1,28 +1,27 @@
-"""Versioned records: releases share stores and outlive each other's records.
+"""Versioned records: stores keep a record's bytes as they are, so the version is the format's.
 
-* A record this release cannot read (an unknown format version, an unknown kind) is refused as
+* A record of an unknown format version or an unknown kind is refused as
   `idempotency_record_corrupt`; the tool never runs again.
-* Mixed versions on one Redis: the package as it was before this change (commit `BASE`,
-  extracted with `git archive` and imported in a subprocess) and this one. Records the old
-  one wrote replay here byte for byte; records this one writes (a tombstone included) are
-  never run again by the old one: it replays outcomes and refuses the tombstone as corrupt.
+* Records of format versions 1 and 2 (`records_v1_v2.json`: the stored outcomes, and on Redis
+  the hash and its key name, as a writer that knows only those versions stores them) replay
+  here byte for byte, on any store and in place on Redis.
+* A reader that knows only versions 1 and 2 (`_read_v1_v2`, below) reads every outcome written
+  here, and refuses a tombstone (version 3) as corrupt rather than running the call again.
 """
 
 from __future__ import annotations
 
-import io
 import json
-import os
-import subprocess
-import sys
-import tarfile
 import uuid
 from pathlib import Path
 from typing import Any, cast
 
+import orjson
 import pytest
 
-from idemtools.engine import Engine, ToolCall, _scope_hash
+from idemtools.canonical import fingerprint
+from idemtools.engine import Engine, ToolCall
+from idemtools.engine.decision import scope_hash
 from idemtools.outcome import Outcome, is_tombstone, tombstone
 from idemtools.policy import Policy
 from idemtools.scopes import shared
@@ -31,10 +30,10 @@ from idemtools.stores.redis import RedisStore
 
 from ..services import delete_redis_keys, need_redis
 
-BASE = "8eef572"
-"""The last commit before records were versioned (and tombstones existed)."""
-
-ROOT = Path(__file__).resolve().parents[2]
+RECORDS_V1_V2 = json.loads(
+    Path(__file__).with_name("records_v1_v2.json").read_text(encoding="utf-8")
+)
+"""Completed records of format versions 1 and 2; the file's `about` says what each field is."""
 
 
 def _call(key: str, arguments: dict[str, Any] | None = None) -> ToolCall:
@@ -45,7 +44,33 @@ def _call(key: str, arguments: dict[str, Any] | None = None) -> ToolCall:
 
 def _scope(engine: Engine, call: ToolCall) -> str:
     key = cast(str, call.key)  # the raw key is `object`; these tests pass strings
-    return _scope_hash(engine.policy_for(call.name, call.policy), call.context, key)
+    return scope_hash(engine.policy_for(call.name, call.policy), call.context, key)
+
+
+def _b(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _read_v1_v2(data: bytes) -> dict[str, Any]:
+    """The outcome reader of a format that has versions 1 and 2 only: the result or error
+    object it replays; ValueError for anything else (the engine answers it as corrupt)."""
+    try:
+        body = json.loads(data) if data.startswith(b'{"v":2,') else orjson.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("not JSON") from None
+    if not isinstance(body, dict) or body.get("v") not in (1, 2):
+        raise ValueError("unknown layout")
+    result, error = body.get("result"), body.get("error")
+    if isinstance(result, dict) and error is None:
+        return {"result": result}
+    if (
+        isinstance(error, dict)
+        and result is None
+        and isinstance(error.get("code"), int)
+        and isinstance(error.get("message"), str)
+    ):
+        return {"error": error}
+    raise ValueError("neither a result nor an error")
 
 
 class _Tool:
@@ -68,13 +93,12 @@ class _Tool:
         b"not json",
     ],
 )
-async def test_a_record_this_release_cannot_read_is_refused_never_run(stored: bytes) -> None:
+async def test_a_record_of_an_unknown_version_or_kind_is_refused_never_run(stored: bytes) -> None:
     store = MemoryStore()
     engine = Engine(store)
     tool = _Tool()
     call = _call("k")
     scope = _scope(engine, call)
-    from idemtools.canonical import fingerprint
 
     assert (await store.claim(scope, "k", fingerprint("pay", {}), "someone", 60)).claimed
     assert await store.complete(scope, "k", "someone", stored, 600)
@@ -89,7 +113,6 @@ async def test_a_tombstone_is_refused_as_not_kept_with_the_key() -> None:
     engine = Engine(store)
     tool = _Tool()
     call = _call("k")
-    from idemtools.canonical import fingerprint
 
     scope = _scope(engine, call)
     assert (await store.claim(scope, "k", fingerprint("pay", {}), "someone", 60)).claimed
@@ -102,148 +125,102 @@ async def test_a_tombstone_is_refused_as_not_kept_with_the_key() -> None:
     assert tool.runs == 0
 
 
-# -- two releases on one Redis ----------------------------------------------------------------
+# -- format versions 1 and 2 -------------------------------------------------------------------
 
-# Run by the old package in a subprocess: `write` records outcomes through its engine; `read`
-# answers every key through its engine with a tool that counts its runs. Prints JSON.
-_OLD = r"""
-import asyncio, json, sys
-sys.meta_path[:] = [f for f in sys.meta_path
-                    if not str(getattr(f, "__module__", "")).startswith("__editable__")]
-sys.path.insert(0, sys.argv[1])
-import idemtools
-assert idemtools.__file__.startswith(sys.argv[1]), idemtools.__file__
-from idemtools.engine import Engine, ToolCall, _scope_hash
-from idemtools.outcome import Outcome
-from idemtools.policy import Policy
-from idemtools.scopes import shared
-from idemtools.stores.redis import RedisStore
 
-mode, url, prefix = sys.argv[2], sys.argv[3], sys.argv[4]
-OUTCOMES = {
-    "ok": Outcome(result={"content": [{"type": "text", "text": "paid \u00e9\ud83d\udd11"}],
-                           "isError": False, "structuredContent": {"n": 1.5, "b": 2 ** 70}}),
-    "is-error": Outcome(result={"content": [{"type": "text", "text": "no"}], "isError": True}),
-    "rpc-error": Outcome.of_error(-32001, "upstream said no", {"why": [1, None, True]}),
-    "exact": Outcome(result={"content": [], "big": 2 ** 80, "s": "\ud800"}),
-}
+def test_the_records_cover_both_versions_results_and_errors() -> None:
+    assert RECORDS_V1_V2["fingerprint"] == fingerprint(RECORDS_V1_V2["tool"], {})
+    stored = [_b(r["outcome"]) for r in RECORDS_V1_V2["records"]]
+    assert {json.loads(s)["v"] for s in stored} == {1, 2}
+    assert {next(iter(_read_v1_v2(s))) for s in stored} == {"result", "error"}
+    assert any(not s.isascii() for s in stored)  # raw UTF-8, as orjson writes version 1
 
-async def main():
-    store = RedisStore.from_url(url, prefix=prefix)
+
+@pytest.mark.parametrize("record", RECORDS_V1_V2["records"], ids=lambda r: r["key"])
+async def test_a_v1_or_v2_record_replays_byte_for_byte(record: dict[str, str]) -> None:
+    store = MemoryStore()
     engine = Engine(store)
-    runs = {}
-    out = {}
-    try:
-        for key in json.loads(sys.argv[5]):
-            def tool(key=key):
-                async def run():
-                    runs[key] = runs.get(key, 0) + 1
-                    return OUTCOMES.get(key, Outcome(result={"content": [], "ran": key}))
-                return run
-            call = ToolCall(name="pay", arguments={}, key=key,
-                            policy=Policy(scope=shared, retention=600))
-            answer = await engine.handle(call, tool())
-            scope = _scope_hash(engine.policy_for("pay", call.policy), call.context, key)
-            record = await store.get(scope, key)
-            out[key] = {
-                "answer": answer.to_bytes().decode("utf-8", "surrogatepass"),
-                "record": None if record is None or record.outcome is None
-                          else record.outcome.decode("utf-8", "surrogatepass"),
-            }
-    finally:
-        await store.aclose()
-    print(json.dumps({"runs": runs, "out": out}))
+    tool = _Tool()
+    key, stored = record["key"], _b(record["outcome"])
+    scope = _scope(engine, _call(key))
+    owner, fp = record["owner"], RECORDS_V1_V2["fingerprint"]
+    assert (await store.claim(scope, key, fp, owner, 60)).claimed
+    assert await store.complete(scope, key, owner, stored, 600)
 
-asyncio.run(main())
-"""
+    replay = await engine.handle(_call(key), tool)
+    assert replay.to_bytes() == stored
+    assert tool.runs == 0
+    # Written again, the same outcome takes the same bytes: versions 1 and 2 are what outcomes
+    # are written as, so a reader of those versions alone reads them.
+    assert Outcome.from_bytes(stored).to_bytes() == stored
+    assert _read_v1_v2(stored) == _read_v1_v2(replay.to_bytes())
 
 
-@pytest.fixture(scope="module")
-def old_package(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The `idemtools` package of commit `BASE`, extracted into a temporary directory."""
-    try:
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", BASE, "idemtools"],
-            capture_output=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(
-            f"git history with commit {BASE} is unavailable ({exc}); cannot build the "
-            "previous release for the mixed-version test"
-        )
-    target = tmp_path_factory.mktemp("old-idemtools")
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(target, filter="data")
-    return str(target)
-
-
-def _old(old_package: str, mode: str, url: str, prefix: str, keys: list[str]) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-c", _OLD, old_package, mode, url, prefix, json.dumps(keys)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": ""},
-    )
-    assert proc.returncode == 0, proc.stderr
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
-
-
-def _b(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
-
-
-OLD_KEYS = ["ok", "is-error", "rpc-error", "exact"]
+def test_a_v1_v2_reader_reads_outcomes_written_here_and_refuses_a_tombstone() -> None:
+    for outcome in [
+        Outcome(result={"content": [{"type": "text", "text": "paid é"}]}),
+        Outcome(result={"content": [], "big": 2**80, "s": "\ud800"}),
+        Outcome(result={"content": [], "isError": True}),
+        Outcome.of_error(-32001, "upstream said no", {"why": [1, None, True]}),
+    ]:
+        expected = {"result": outcome.result} if outcome.error is None else {"error": outcome.error}
+        assert _read_v1_v2(outcome.to_bytes()) == expected
+    with pytest.raises(ValueError, match="unknown layout"):
+        _read_v1_v2(tombstone(3_000_000))
 
 
 @pytest.mark.services
-async def test_old_and_new_releases_share_one_redis(old_package: str) -> None:
+async def test_v1_and_v2_records_on_redis_replay_in_place() -> None:
     url = need_redis()
     prefix = f"versions-{uuid.uuid4().hex[:8]}:"
+    store = RedisStore.from_url(url, prefix=prefix)
+    engine = Engine(store)
+    tool = _Tool()
     try:
-        # 1. The old release records outcomes of every layout it writes.
-        written = _old(old_package, "write", url, prefix, OLD_KEYS)
-        assert written["runs"] == dict.fromkeys(OLD_KEYS, 1)
+        # 1. The hashes, at their key names, as a writer of versions 1 and 2 leaves them.
+        for record in RECORDS_V1_V2["records"]:
+            name = _b(prefix + record["redis_name"])
+            assert store.key_name(_scope(engine, _call(record["key"])), record["key"]) == name
+            await store.client.hset(
+                name,
+                mapping={
+                    "s": "c",
+                    "f": RECORDS_V1_V2["fingerprint"],
+                    "o": record["owner"],
+                    "v": _b(record["outcome"]),
+                },
+            )
+            await store.client.pexpire(name, 600_000)
 
-        # 2. This release replays each byte for byte, running nothing.
-        store = RedisStore.from_url(url, prefix=prefix)
-        engine = Engine(store)
-        tool = _Tool()
-        try:
-            for key in OLD_KEYS:
-                recorded = _b(written["out"][key]["record"])
-                assert _b(written["out"][key]["answer"]) == recorded
-                replay = await engine.handle(_call(key), tool)
-                assert replay.to_bytes() == recorded, key
-                record = await store.get(_scope(engine, _call(key)), key)
-                assert record is not None and record.outcome == recorded  # untouched
+        # 2. Each replays byte for byte, runs nothing, and stays as it was.
+        for record in RECORDS_V1_V2["records"]:
+            key, stored = record["key"], _b(record["outcome"])
+            before = await store.client.hgetall(_b(prefix + record["redis_name"]))
+            replay = await engine.handle(_call(key), tool)
+            assert replay.to_bytes() == stored, key
+            assert await store.client.hgetall(_b(prefix + record["redis_name"])) == before
+        assert tool.runs == 0
 
-            # 3. This release writes an outcome and a tombstone.
-            new = await engine.handle(_call("new-ok"), tool)
-            assert new.result is not None and tool.runs == 1
-            from idemtools.canonical import fingerprint
+        # 3. An outcome and a tombstone written here: the fields a reader of versions 1 and 2
+        # reads (s, f, o, v) mean what they meant; it replays the outcome and refuses the
+        # tombstone as corrupt, so neither call runs again.
+        new = await engine.handle(_call("new-ok"), tool)
+        assert new.result is not None and tool.runs == 1
+        scope = _scope(engine, _call("new-gone"))
+        assert (await store.claim(scope, "new-gone", fingerprint("pay", {}), "me", 60)).claimed
+        assert await store.complete(scope, "new-gone", "me", tombstone(3_000_000), 600)
+        gone = await engine.handle(_call("new-gone"), tool)
+        assert gone.error is not None
+        assert gone.error["data"]["type"] == "idempotency_outcome_not_kept"
 
-            scope = _scope(engine, _call("new-gone"))
-            assert (await store.claim(scope, "new-gone", fingerprint("pay", {}), "me", 60)).claimed
-            assert await store.complete(scope, "new-gone", "me", tombstone(3_000_000), 600)
-            gone = await engine.handle(_call("new-gone"), tool)
-            assert gone.error is not None
-            assert gone.error["data"]["type"] == "idempotency_outcome_not_kept"
-        finally:
-            await store.aclose()
-
-        # 4. The old release never runs either again: it replays the outcome and, not knowing
-        # the tombstone's version, refuses it as a corrupt record.
-        read = _old(old_package, "read", url, prefix, ["new-ok", "new-gone", *OLD_KEYS])
-        assert read["runs"] == {}, "the old release ran a call the new one had recorded"
-        assert _b(read["out"]["new-ok"]["answer"]) == new.to_bytes()
-        refused = json.loads(read["out"]["new-gone"]["answer"])
-        assert refused["error"]["data"]["type"] == "idempotency_record_corrupt"
-        assert is_tombstone(_b(read["out"]["new-gone"]["record"]))
-        for key in OLD_KEYS:
-            assert read["out"][key]["answer"] == written["out"][key]["record"]
+        ok = await store.client.hgetall(store.key_name(_scope(engine, _call("new-ok")), "new-ok"))
+        assert (ok[b"s"], ok[b"f"]) == (b"c", RECORDS_V1_V2["fingerprint"].encode())
+        assert ok[b"v"] == new.to_bytes()
+        assert _read_v1_v2(ok[b"v"]) == {"result": new.result}
+        dead = await store.client.hgetall(store.key_name(scope, "new-gone"))
+        assert (dead[b"s"], dead[b"o"]) == (b"c", b"me") and is_tombstone(dead[b"v"])
+        with pytest.raises(ValueError):
+            _read_v1_v2(dead[b"v"])
     finally:
+        await store.aclose()
         delete_redis_keys(prefix)
