@@ -78,8 +78,7 @@ class ErrorCodes:
     type, not the code. One set for every protocol era. Defaults lie outside -32768..-32000,
     as the MCP specification (2026-07-28, "Error Codes") asks of application codes: it reserves
     -32020..-32099 for codes it defines and calls -32000..-32019 legacy. The exception is
-    -32602, JSON-RPC's own "Invalid params", for an invalid key or invalid arguments. Each code
-    keeps the last two digits it had in the earlier -320xx defaults (-32051 became -31051).
+    -32602, JSON-RPC's own "Invalid params", for an invalid key or invalid arguments.
     """
 
     idempotency_key_invalid: int = INVALID_PARAMS

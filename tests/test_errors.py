@@ -193,31 +193,27 @@ def test_in_progress_without_retry_after() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-# A type whose RefusedError subclass another change adds; its code is chosen here already.
-CODED_AHEAD = {"idempotency_outcome_not_kept"}
-
-
 def test_every_type_has_a_code() -> None:
     codes = ErrorCodes()
     fields = {f.name for f in dataclasses.fields(ErrorCodes)}
-    assert fields == set(ALL_REFUSALS) | CODED_AHEAD
+    assert fields == set(ALL_REFUSALS)
     for error_type in fields:
         assert codes.code_for(error_type) == getattr(codes, error_type)
 
 
-# Old default → new default (docs/how-it-works.md prints this table).
-MOVED = {
-    "idempotency_key_in_progress": (-32051, -31051),
-    "idempotency_key_conflict": (-32052, -31052),
-    "idempotency_scope_unavailable": (-32053, -31053),
-    "idempotency_store_full": (-32054, -31054),
-    "idempotency_store_unavailable": (-32055, -31055),
-    "idempotency_record_corrupt": (-32056, -31056),
-    "idempotency_outcome_too_large": (-32057, -31057),
-    "idempotency_quota_exceeded": (-32058, -31058),
-    "idempotency_unauthorized": (-32059, -31059),
-    "idempotency_outcome_not_kept": (None, -31060),
-    "idempotency_outcome_unknown": (None, -31061),
+# The default codes besides -32602 (docs/how-it-works.md prints this table).
+DEFAULT_CODES = {
+    "idempotency_key_in_progress": -31051,
+    "idempotency_key_conflict": -31052,
+    "idempotency_scope_unavailable": -31053,
+    "idempotency_store_full": -31054,
+    "idempotency_store_unavailable": -31055,
+    "idempotency_record_corrupt": -31056,
+    "idempotency_outcome_too_large": -31057,
+    "idempotency_quota_exceeded": -31058,
+    "idempotency_unauthorized": -31059,
+    "idempotency_outcome_not_kept": -31060,
+    "idempotency_outcome_unknown": -31061,
 }
 
 
@@ -226,9 +222,7 @@ def test_default_codes() -> None:
     assert codes.idempotency_key_invalid == -32602
     assert codes.idempotency_arguments_invalid == -32602
     others = [f.name for f in dataclasses.fields(ErrorCodes) if not f.name.endswith("_invalid")]
-    assert {name: getattr(codes, name) for name in others} == {
-        name: new for name, (_old, new) in MOVED.items()
-    }
+    assert {name: getattr(codes, name) for name in others} == DEFAULT_CODES
     values = [getattr(codes, name) for name in others]
     assert len(set(values)) == len(values)  # distinguishable even by code
 

@@ -40,8 +40,8 @@ def idemtools_codes_in_reserved_range() -> bool:
     return any(type(v) is int and -32099 <= v <= -32020 for v in values)
 
 
-# What idemtools may fail: nothing now its default codes lie outside the reserved range (this
-# stays computed, not hard-coded, so a regression of the defaults fails where it should).
+# What idemtools may fail: nothing while its default codes lie outside the reserved range
+# (computed, not hard-coded, so default codes moved into that range fail where they should).
 IDEMTOOLS_MAY_FAIL = (
     {"mcp-base-error-codes-reserved"} if idemtools_codes_in_reserved_range() else set()
 )

@@ -245,7 +245,7 @@ async def test_sdk_codes_for_a_lost_answer_are_retried_with_the_same_key(answer:
     ("code", "data"),
     [
         (-31052, None),  # idemtools' conflict code, without idemtools' data.type
-        (-32052, {"type": "other"}),  # the old conflict code
+        (-32052, {"type": "other"}),  # a conflict code in the reserved -320xx block
         (-31051, {"type": "not_idempotency_key_in_progress", "retryAfterMs": 1}),
     ],
 )
