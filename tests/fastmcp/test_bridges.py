@@ -297,3 +297,33 @@ async def test_key_from_on_a_tool_with_argument_transforms_is_the_arguments_as_s
     assert retried.data == "paid D4 5.0 #1"
     assert other.data == "paid D4 5.0 #2"
     assert runs == ["pay 5.0", "pay 5.0"]
+
+
+async def test_a_bridge_under_another_name_holds_without_a_listing_first() -> None:
+    """A tool listed under a name its function does not have (`name=`, a mounted server's
+    namespace) takes its bridge from the server's first request: a client that calls it without
+    listing the tools first (a fresh stdio process per call) is protected too."""
+    runs: list[str] = []
+    mcp = FastMCP("renamed")
+    registry = Registry()
+
+    @mcp.tool(name="settle")
+    @idempotent(key_from=("order_id",), registry=registry)
+    def pay(order_id: str) -> str:
+        runs.append(order_id)
+        return f"paid {order_id} #{len(runs)}"
+
+    mcp.mount(pay_server(runs), namespace="shop")
+    idemtools.install(mcp, registry=registry)
+    assert "settle" not in bridges.BRIDGED  # not known by its function's name
+    async with client_for(Shop(server=mcp)) as client:
+        with pytest.raises(MCPError):  # the first answer is lost
+            await client.call_tool("settle", {"order_id": "E5"}, timeout=0.3)
+        retried = await client.call_tool("settle", {"order_id": "E5"})
+    async with client_for(Shop(server=mcp)) as client:
+        with pytest.raises(MCPError):
+            await client.call_tool("shop_pay", {"order_id": "F6", "amount": 2}, timeout=0.3)
+        mounted = await client.call_tool("shop_pay", {"order_id": "F6", "amount": 2})
+    assert retried.data == "paid E5 #1"
+    assert mounted.data == "paid F6 2.0 #2"
+    assert runs == ["E5", "pay 2.0"]

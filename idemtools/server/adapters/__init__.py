@@ -67,7 +67,7 @@ def adapt(
             kind="fastmcp",
             list_tools=tools.listing,
         )
-        fastmcp.finish(target)
+        fastmcp.finish(target, tools)
         return replace(adapted, watchers=(lambda sink: fastmcp.watch(server, sink),))
     if SDK2:
         from . import sdk_mcp2

@@ -210,9 +210,39 @@ class _Edge:
       re-validates `initialize` and `server/discover` results into typed models that drop the
       key the inner idemtools middleware added, so it is added again here, serialized.
     - Marks a keyed `tools/call` while it runs, so that the response cache steps aside.
+    - Before the server's first request, notes in `bridges.BRIDGED` every listed tool with a
+      key bridge (`_note_bridged`): a tool listed under a name its decorator did not know
+      (`name=`, a mounted server's namespace, `tool_names=`) would otherwise take its bridge
+      only once a `tools/list` passed through this process, and a client that calls without
+      listing first (a fresh stdio process per call) would run it unprotected.
     """
 
+    def __init__(self, tools: FastMCPTools) -> None:
+        self.tools = tools
+        self.noted = False
+        self._noting: asyncio.Lock | None = None
+
+    async def _note_bridged(self) -> None:
+        if self._noting is None:
+            self._noting = asyncio.Lock()
+        async with self._noting:
+            if self.noted:
+                return
+            try:
+                for name, policy, _ in await self.tools.listing():
+                    bridges.note(name, policy)
+            except Exception:
+                log.warning(
+                    "idemtools could not list this FastMCP server's tools before its first "
+                    "request; a tool whose key bridge is under another name than its function's "
+                    "takes it once a tools/list passed",
+                    exc_info=True,
+                )
+            self.noted = True
+
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        if not self.noted:
+            await self._note_bridged()
         method = ctx.method
         if method == "tools/call":
             params = ctx.params
@@ -471,9 +501,9 @@ def issuer(server: Any) -> str | None:
     return _issuer(server)
 
 
-def finish(lowlevel: Any) -> None:
+def finish(lowlevel: Any, tools: FastMCPTools) -> None:
     """After the mcp2 adapter hooked `lowlevel`: what FastMCP needs besides."""
-    lowlevel.middleware.insert(0, _Edge())
+    lowlevel.middleware.insert(0, _Edge(tools))
     _mark_memory_transport(lowlevel)
     patches.bypass_response_cache(_KEYED_CALL.get)
 
