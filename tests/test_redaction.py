@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from idemtools import Policy, Registry, shared
-from idemtools.engine import Engine, ToolCall, _store_name
+from idemtools.engine import Engine, ToolCall
+from idemtools.engine.store_calls import store_name
 from idemtools.outcome import Outcome
 from idemtools.redaction import MASK, redact_url, withhold
 from idemtools.stores import MemoryStore, from_url
@@ -121,7 +122,7 @@ def test_from_url_never_echoes_a_password(password: str, scheme: str, form: int)
         for text in _texts_of(exc):
             assert_clean(text, password)
         return
-    for text in (repr(store), str(store), _store_name(store), getattr(store, "description", "")):
+    for text in (repr(store), str(store), store_name(store), getattr(store, "description", "")):
         assert_clean(text, password)
 
 
@@ -207,11 +208,11 @@ def _has_psycopg() -> bool:
 
 
 def test_a_custom_store_that_describes_itself_by_its_url_is_logged_redacted() -> None:
-    # Every log line naming the store goes through _store_name (claim failures, the start-up
+    # Every log line naming the store goes through store_name (claim failures, the start-up
     # check): a third-party store whose description is its URL must not leak the password.
     class UrlStore(MemoryStore):
         kind = "custom"
         description = "redis://app:QXZJKVWQ@cache:6379/0"
 
-    shown = _store_name(UrlStore())
+    shown = store_name(UrlStore())
     assert "QXZJKVWQ" not in shown and "redis://app:***@cache:6379/0" in shown

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import _scope_digest, claimed_at, key_digest
+from ..engine.decision import claimed_at, key_digest, scope_digest
 from ..outcome import Outcome
 from ..scopes import _local_identity
 from ..stores.base import ForgettingStore, Record, Status, Store
@@ -52,9 +52,9 @@ def scope_hash(scope: str) -> str:
     if _HASH.fullmatch(text):
         return text
     if text == "shared":
-        return _scope_digest(json.dumps(["shared"]))
+        return scope_digest(json.dumps(["shared"]))
     if text == "local":
-        return _scope_digest(_local_identity())
+        return scope_digest(_local_identity())
     if text.startswith("["):
         try:
             value = json.loads(text)
@@ -62,7 +62,7 @@ def scope_hash(scope: str) -> str:
             raise KeysError(f"--scope is not valid JSON: {exc}") from None
         if not isinstance(value, list) or not value or not isinstance(value[0], str):
             raise KeysError('--scope JSON must be an array such as ["sub", ISSUER, SUBJECT]')
-        return _scope_digest(json.dumps(value))
+        return scope_digest(json.dumps(value))
     raise KeysError(
         "--scope takes a 64-hex scope hash (scope= in the server's log), shared, local, or "
         'a scope value as a JSON array, e.g. \'["sub", "https://issuer.example", "alice"]\''

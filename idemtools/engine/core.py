@@ -17,7 +17,6 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
@@ -51,6 +50,7 @@ from .lease_keeper import LeaseKeeper
 from .lifecycle import Lifecycle
 from .observers import LeaseEvents, Watch, listening_of, observed, observers_of
 from .runtime import on_asyncio, protect, shielded, spawn
+from .stats import EngineStats
 from .store_calls import StoreCalls, original, store_kind
 from .telemetry import OnOutcome, Telemetry
 
@@ -66,25 +66,6 @@ _SHUTTING_DOWN = "the server is shutting down; retry this call (it was not run)"
 _CLAIM_FAILED = "its claim failed"
 
 Run = Callable[[], Awaitable[Outcome]]
-
-
-@dataclass
-class EngineStats:
-    """Counters an operator can export; plain ints, no metrics library imposed."""
-
-    executions: int = 0
-    replays: int = 0
-    conflicts: int = 0
-    in_progress: int = 0
-    refusals: int = 0
-    store_errors: int = 0
-    record_failures: int = 0
-    lost_claims: int = 0
-    released: int = 0
-    lease_lapses: int = 0  # renewals or completions later than the lease allowed (ERROR logged)
-    max_runtime_exceeded: int = 0  # calls past max_runtime, answered outcome unknown from then
-    lapsed_claims: int = 0  # lapsed claims found by a retry (an end never recorded), any on_lapse
-    lapsed_reruns: int = 0  # of those, run again (on_lapse="rerun", ERROR logged)
 
 
 class Engine(Lifecycle):

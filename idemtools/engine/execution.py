@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -33,14 +33,33 @@ from .store_calls import StoreCalls, original
 from .unknown import StillRunning
 
 if TYPE_CHECKING:
-    from . import Engine
-    from .observers import Watch
+    import asyncio
 
-__all__ = ["Execution", "Recording", "TransactionalRecording", "run_tool"]
+    from ..errors import ErrorCodes, RefusedError
+    from .observers import Watch
+    from .stats import EngineStats
+    from .telemetry import Telemetry
+
+__all__ = ["EngineView", "Execution", "Recording", "TransactionalRecording", "run_tool"]
 
 log = logging.getLogger("idemtools")
 
 Run = Callable[[], Awaitable[Outcome]]
+
+
+class EngineView(Protocol):
+    """What an execution and the lapse rule (`lapse`) read of the engine that runs them;
+    `core.Engine` is the one there is. A protocol rather than an import of `core`, which
+    imports this module: naming it back, even for annotations only, would draw a circle."""
+
+    stats: EngineStats
+    codes: ErrorCodes
+    telemetry: Telemetry
+    max_outcome_bytes: int
+    record_retry_for: float
+    _background: set[asyncio.Task[Any]]
+
+    def refusal(self, error: RefusedError) -> Outcome: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -97,7 +116,7 @@ class Recording:
 
     __slots__ = ("engine", "keeper", "store")
 
-    def __init__(self, engine: Engine, store: StoreCalls, keeper: LeaseKeeper) -> None:
+    def __init__(self, engine: EngineView, store: StoreCalls, keeper: LeaseKeeper) -> None:
         self.engine = engine
         self.store = store
         self.keeper = keeper

@@ -35,8 +35,7 @@ from .store_calls import _takes
 from .unknown import outcome_unknown
 
 if TYPE_CHECKING:
-    from . import Engine  # the face, as execution.py does: core imports this module
-    from .execution import Execution
+    from .execution import EngineView, Execution
     from .lease_keeper import Lease
 
 __all__ = ["lapsed_run", "overrun_writer"]
@@ -57,7 +56,7 @@ def _held_for(lapsed: Record) -> float | None:
 
 
 def lapsed_run(
-    engine: Engine, ex: Execution, lapsed: Record, arguments: Any, run: Run
+    engine: EngineView, ex: Execution, lapsed: Record, arguments: Any, run: Run
 ) -> tuple[Run, bool]:
     """The `run` the execution uses instead of the tool's, and whether it counts as an
     execution of the tool (a refusal or a reconciled outcome does not)."""
@@ -177,7 +176,7 @@ async def _ask(reconcile: Reconcile, call: LapsedCall) -> object:
     return answer
 
 
-def overrun_writer(engine: Engine) -> Callable[[Store, Lease], Coroutine[Any, Any, bool]]:
+def overrun_writer(engine: EngineView) -> Callable[[Store, Lease], Coroutine[Any, Any, bool]]:
     """The lease keeper's write past a call's `max_runtime`: `idempotency_outcome_unknown`
     under the call's own owner, replaceable by that owner's real outcome should it end."""
 

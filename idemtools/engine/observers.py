@@ -23,7 +23,7 @@ from .lease_keeper import Lease
 from .telemetry import OnOutcome, OutcomeContext, Telemetry, outcome_kind
 
 if TYPE_CHECKING:
-    from . import EngineStats
+    from .stats import EngineStats
 
 __all__ = [
     "LeaseEvents",

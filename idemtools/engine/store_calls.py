@@ -37,7 +37,7 @@ from ..stores.base import (
 from .decision import digest
 
 if TYPE_CHECKING:
-    from . import EngineStats
+    from .stats import EngineStats
     from .telemetry import Telemetry
 
 __all__ = ["StoreCalls", "StoreFailure", "original", "store_kind", "store_name"]

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from .._sdk import SDK2
-from ..engine import Engine, _store_name
+from ..engine import Engine
+from ..engine.store_calls import store_name
 from ..engine.telemetry import OnOutcome
 from ..errors import ErrorCodes, InstallError
 from ..policy import DEFAULT_POLICY, Policy, Registry, _checked_authorize
@@ -103,7 +104,7 @@ class Installation:
         need the store, and keyed calls get `idempotency_store_unavailable` until it answers.
         """
         store = self.engine.store
-        name = _store_name(store)
+        name = store_name(store)
         problem: str | None = None
         try:
             with anyio.fail_after(wait):

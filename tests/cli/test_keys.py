@@ -18,7 +18,8 @@ import anyio
 import pytest
 
 from idemtools import Engine, Outcome, Policy, Registry, shared
-from idemtools.engine import ToolCall, _scope_hash, key_digest
+from idemtools.engine import ToolCall, key_digest
+from idemtools.engine.decision import scope_hash
 from idemtools.policy import LapsedCall
 from idemtools.scopes import CallContext
 from idemtools.stores import from_url
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.sdk_free
 
 SECRET = "card 4242 charged"  # the outcome's content: never shown unless asked
 POLICY = Policy.of(retention=60, lease=30, scope=shared)
-SCOPE = _scope_hash(POLICY, CallContext(), "k")
+SCOPE = scope_hash(POLICY, CallContext(), "k")
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -22,7 +22,8 @@ import anyio
 import pytest
 
 from idemtools import Engine, Outcome, Policy, Registry, shared
-from idemtools.engine import ToolCall, _scope_hash
+from idemtools.engine import ToolCall
+from idemtools.engine.decision import scope_hash
 from idemtools.scopes import CallContext
 from idemtools.stores.base import Status
 from idemtools.stores.sqlite import SQLiteStore
@@ -87,7 +88,7 @@ async def _exit() -> BaseException:
 async def _record(path: Path) -> tuple[Status | None, bytes | None]:
     store = SQLiteStore(path)
     try:
-        record = await store.get(_scope_hash(POLICY, CallContext(), "k"), "k")
+        record = await store.get(scope_hash(POLICY, CallContext(), "k"), "k")
     finally:
         await store.aclose()
     if record is None:

@@ -26,7 +26,8 @@ import anyio
 import pytest
 
 from idemtools import Engine, Outcome, Policy, Registry, shared
-from idemtools.engine import ToolCall, _scope_hash, key_digest
+from idemtools.engine import ToolCall, key_digest
+from idemtools.engine.decision import scope_hash
 from idemtools.policy import LapsedCall
 from idemtools.scopes import CallContext
 from idemtools.stores import MemoryStore
@@ -82,7 +83,7 @@ async def _lapsed(policy: Policy, tool: Tool) -> AsyncIterator[Engine]:
 
 
 def _scope_of(policy: Policy) -> str:
-    return _scope_hash(policy, CallContext(), KEY)
+    return scope_hash(policy, CallContext(), KEY)
 
 
 def _policy(on_lapse: Any, **options: Any) -> Policy:

@@ -20,7 +20,8 @@ import pytest
 
 from idemtools import Engine, Outcome, Policy, Registry, shared
 from idemtools.canonical import fingerprint
-from idemtools.engine import ToolCall, _scope_hash
+from idemtools.engine import ToolCall
+from idemtools.engine.decision import scope_hash
 from idemtools.scopes import CallContext
 from idemtools.stores.base import Store
 
@@ -29,7 +30,7 @@ from ..services import RUN_ID, drop_postgres_tables, host_port, need_postgres, n
 POLICY = Policy.of(retention=60, lease=30, scope=shared)  # a long lease: a stuck key would show
 ARGS = {"amount": 1, "lost": uuid.uuid4().hex}  # a fingerprint no warm-up request carries
 CALL = ToolCall(name="charge", arguments=ARGS, key="k", policy=POLICY)
-SCOPE = _scope_hash(POLICY, CallContext(), "k")
+SCOPE = scope_hash(POLICY, CallContext(), "k")
 TABLE = f"idemtools_lostclaim_{RUN_ID}"
 
 

@@ -22,7 +22,8 @@ import anyio
 import pytest
 
 from idemtools import Engine, Outcome, Policy, Registry, shared
-from idemtools.engine import ToolCall, _scope_hash
+from idemtools.engine import ToolCall
+from idemtools.engine.decision import scope_hash
 from idemtools.scopes import CallContext
 from idemtools.stores.base import Status
 from idemtools.stores.redis import RedisStore
@@ -78,10 +79,10 @@ async def _slow_redis_engine(
 
 
 async def _scope_of(engine: Engine) -> str:
-    from idemtools.engine import _scope_hash
+    from idemtools.engine.decision import scope_hash
     from idemtools.scopes import CallContext
 
-    return _scope_hash(POLICY, CallContext(), "k")
+    return scope_hash(POLICY, CallContext(), "k")
 
 
 async def _settles_free(direct: RedisStore, scope: str, key: str, within: float) -> None:
@@ -353,7 +354,7 @@ def test_past_the_grace_the_last_call_out_records_and_closes(tmp_path: Path, bac
 
     async def read() -> None:
         store = SQLiteStore(path)
-        record = await store.get(_scope_hash(POLICY, CallContext(), "k"), "k")
+        record = await store.get(scope_hash(POLICY, CallContext(), "k"), "k")
         await store.aclose()
         assert record is not None and record.status is Status.COMPLETED, "recorded, then closed"
 

@@ -65,12 +65,12 @@ def handlers() -> Iterator[None]:
 
 
 async def _record(inst: Installation, key: str) -> Any:
-    from idemtools.engine import _scope_hash
+    from idemtools.engine.decision import scope_hash
     from idemtools.scopes import CallContext
 
     store = SQLiteStore(inst.engine.store.path)  # type: ignore[attr-defined]
     try:
-        return await store.get(_scope_hash(POLICY, CallContext(), key), key)
+        return await store.get(scope_hash(POLICY, CallContext(), key), key)
     finally:
         await store.aclose()
 

@@ -121,10 +121,10 @@ async def test_150_concurrent_1mb_outcomes_stay_within_a_16mib_budget(store: Sto
 
 
 def engine_scope(engine: Engine, call: ToolCall) -> str:
-    from idemtools.engine import _scope_hash
+    from idemtools.engine.decision import scope_hash
 
     policy = engine.policy_for(call.name, call.policy)
-    return _scope_hash(policy, call.context, cast(str, call.key))  # a raw key is `object`
+    return scope_hash(policy, call.context, cast(str, call.key))  # a raw key is `object`
 
 
 # -- fair defaults: one caller cannot lock the others out -----------------------------------

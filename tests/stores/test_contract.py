@@ -128,7 +128,7 @@ def test_for_lease_keeper_is_asked_when_present() -> None:
 
 
 def test_a_subclass_describes_itself_under_its_own_kind_redacted() -> None:
-    # What engine._store_name logs for such a store: its kind and its URL, password hidden.
+    # What engine.store_calls.store_name logs for such a store: its kind, its URL, password hidden.
     class UrlStore(MemoryStore):
         kind = "custom"
         description = "redis://app:QXZJKVWQ@cache:6379/0"

@@ -294,7 +294,7 @@ async def test_completion_on_a_full_redis_keeps_a_tombstone_and_never_runs_again
 
 
 def _scope(engine: Engine) -> str:
-    from idemtools.engine import _scope_hash
+    from idemtools.engine.decision import scope_hash
 
     call = _call("big")
-    return _scope_hash(engine.policy_for(call.name, call.policy), call.context, "big")
+    return scope_hash(engine.policy_for(call.name, call.policy), call.context, "big")
