@@ -35,7 +35,10 @@ from mkdocs.livereload import LiveReloadServer
 from mkdocs.plugins import BasePlugin
 from mkdocs.structure.files import File, Files
 
-from . import DocsError, ServerDoc, describe, load_server, module_file, parse_spec, render_page
+from .errors import DocsError
+from .loading import load_server, module_file, parse_spec
+from .model import ServerDoc, describe
+from .render import render_page
 
 __all__ = ["IdemtoolsPlugin", "IdemtoolsPluginConfig"]
 
