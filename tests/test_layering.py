@@ -8,6 +8,8 @@ does not need: line numbers, third-party names, and the rules.
 
 Each rule says which group of modules may import which; a failure names the offending import as
 `path:line imports target`, so the fix (or the change to the rule, and to the note) is obvious.
+One more rule is about faces: no module takes a name from the `__init__` of a package it is
+inside (`face_imports`).
 The table in docs/architecture.md ("What each part may import") is `MAY_IMPORT` below.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,6 +229,61 @@ def conformance_violations(found: Iterable[Import]) -> list[str]:
     return bad
 
 
+@dataclass(frozen=True)
+class FaceImport:
+    """A name a module takes from the `__init__` (the face) of a package it is inside."""
+
+    module: str
+    line: int
+    face: str  # the package whose `__init__` it reads
+    name: str
+
+    def __str__(self) -> str:
+        where = Import(self.module, self.line, self.face).where
+        return f"{where} takes {self.name} from the face of {self.face}"
+
+
+def sources() -> dict[str, tuple[bool, str]]:
+    """Every module of the package → (is it a package's `__init__`, its source)."""
+    return {
+        _module_name(p): (p.name == "__init__.py", p.read_text(encoding="utf-8"))
+        for p in ROOT.rglob("*.py")
+    }
+
+
+def face_imports(found: Mapping[str, tuple[bool, str]]) -> list[FaceImport]:
+    """Every `from . import X` / `from idemtools.pkg import X` (any number of dots) by which a
+    module takes a name that is not a submodule from the face of its own package or of one
+    enclosing it. Module level, inside functions and under `TYPE_CHECKING` alike: the import
+    graph leaves parent packages out (importing `a.b.c` runs `a` and `a.b` first), so an arrow
+    up to a face would hide a circle from `test_import_graph` and tie the part to whatever its
+    face gathers."""
+    bad = []
+    for name, (is_package, text) in sorted(found.items()):
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = _resolve(name, is_package, node)
+            if base not in _parents(name):
+                continue  # not a package this module is inside (its own face, for an __init__)
+            bad.extend(
+                FaceImport(name, node.lineno, base, alias.name)
+                for alias in node.names
+                if f"{base}.{alias.name}" not in found
+            )
+    return bad
+
+
+FACE_IMPORTS_ALLOWED = {
+    ("idemtools.stores.default", "from_url"): (
+        "from_url is written in stores/__init__.py itself, so the face is its defining module; "
+        "once it lives in a module of its own, default.py imports it from there and this entry "
+        "goes (the test then fails until it does)"
+    ),
+}
+"""(module, name) → why it still reads its package's face. Every entry must still be needed."""
+
+
 def reachable(start: str, graph: dict[str, set[str]]) -> dict[str, list[str]]:
     """Module → the import chain that reaches it from `start` (a package's own parents left
     out: every module's import runs `idemtools/__init__`, the façade, first)."""
@@ -289,6 +346,43 @@ def test_a_bad_import_would_be_found() -> None:
     # What the engine is allowed stays allowed.
     fine = [Import("idemtools.engine.decision", 1, "idemtools.stores.base")]
     assert engine_violations(fine) == outside_the_table(fine) == []
+
+
+def test_a_face_import_would_be_found() -> None:
+    planted = {
+        "idemtools": (True, ""),
+        "idemtools.pkg": (True, "from .a import Thing\n"),
+        "idemtools.pkg.a": (
+            False,
+            "from typing import TYPE_CHECKING\n"
+            "from . import b\n"  # a submodule: fine
+            "from .b import helper\n"  # the defining module: fine
+            "from idemtools.pkg.b import other\n"  # the same, absolute: fine
+            "from . import Thing\n"  # 5: the face, relative
+            "if TYPE_CHECKING:\n"
+            "    from idemtools.pkg import Other\n",  # 7: the face, absolute, for typing only
+        ),
+        "idemtools.pkg.b": (False, "def f():\n    from .. import Policy\n"),  # an outer face
+        "idemtools.pkg.sub": (True, "from .. import Thing\n"),  # a subpackage: its parent's
+    }
+    found = [(f.module, f.line, f.face, f.name) for f in face_imports(planted)]
+    assert found == [
+        ("idemtools.pkg.a", 5, "idemtools.pkg", "Thing"),
+        ("idemtools.pkg.a", 7, "idemtools.pkg", "Other"),
+        ("idemtools.pkg.b", 2, "idemtools", "Policy"),
+        ("idemtools.pkg.sub", 1, "idemtools.pkg", "Thing"),
+    ]
+    assert str(face_imports(planted)[0]) == (
+        "idemtools/pkg/a.py:5 takes Thing from the face of idemtools.pkg"
+    )
+
+
+def test_no_module_imports_the_face_of_its_own_package() -> None:
+    found = face_imports(sources())
+    bad = [str(f) for f in found if (f.module, f.name) not in FACE_IMPORTS_ALLOWED]
+    assert not bad, "import from the module that defines the name:\n" + "\n".join(bad)
+    stale = set(FACE_IMPORTS_ALLOWED) - {(f.module, f.name) for f in found}
+    assert not stale, f"no longer needed, remove from FACE_IMPORTS_ALLOWED: {sorted(stale)}"
 
 
 def test_the_engine_imports_no_sdk_no_store_implementation_and_no_adapter() -> None:
