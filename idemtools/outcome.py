@@ -14,10 +14,9 @@ is the record format's:
                                                               had no room for its N-byte outcome
 
 A reader refuses any other version and any v 3 kind it does not know (the engine answers
-`idempotency_record_corrupt`, and never runs the tool again). Releases before v 3 existed read
-only v 1 and v 2, so they refuse a tombstone the same way: during a rolling deploy an older
-instance never re-executes a call a newer one recorded. Outcomes are still written as v 1 or
-v 2, which every release reads, and replayed byte for byte as they were recorded.
+`idempotency_record_corrupt`, and never runs the tool again). Outcomes are written as v 1 or
+v 2 and replayed byte for byte as they were recorded; a tombstone is v 3, so a reader that knows
+only v 1 and v 2 refuses it the same way rather than running the call again.
 """
 
 from __future__ import annotations
@@ -158,7 +157,7 @@ class Outcome:
             raise ValueError(
                 f"stored record has a kind this release does not know: {body.get('kind')!r}"
             )
-        if version not in (_VERSION, _EXACT):  # compared as before v 3 (1.0 reads as 1)
+        if version not in (_VERSION, _EXACT):  # compared by value: 1.0 reads as 1
             raise ValueError(
                 f"stored record has a format version this release does not know: {version!r}"
             )

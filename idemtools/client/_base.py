@@ -79,9 +79,9 @@ def not_supported(name: str, session: Any) -> IdempotencyNotSupportedError:
 class Advertised:
     """`advertises_idempotency`'s answer: `await` it for the bool.
 
-    Testing it for truth directly (`if advertises_idempotency(s):`, the sync API of earlier
-    releases) still gives the right answer, with a `DeprecationWarning`: a plain coroutine there
-    would always be true, and a client would trust a server that ignores its keys.
+    Testing it for truth directly (`if advertises_idempotency(s):`, without `await`) also
+    gives the right answer, with a `DeprecationWarning`: a plain coroutine there would always be
+    true, and a client would trust a server that ignores its keys.
     """
 
     __slots__ = ("_value",)

@@ -121,8 +121,8 @@ async def call_tool(
     Args:
         idempotency_key: required. The key names one logical operation: create it once with
             `new_key()` (or derive it from your own operation id), keep it, and pass the same
-            value on every retry, including one after your process restarts. Earlier versions
-            made a key up when none was given, which no later retry could ever reuse.
+            value on every retry, including one after your process restarts. None is refused
+            too: a key made up per call could never be reused by a later retry.
         retry: how often and how long to retry (default `RetryPolicy()`; `NO_RETRY`: once).
             When `tool_idempotency()` has read the tool's published retention, retries also
             stop once the first attempt is older than it: after that the server no longer
@@ -136,14 +136,13 @@ async def call_tool(
     `RefusedError` subclasses for refusals that a retry cannot fix, and the last transport or
     timeout error when every attempt is spent.
     """
-    # None too: it used to mean "make one up", and sent as is it would make an unkeyed call
-    # that every retry runs again.
+    # None too: sent as is it would make an unkeyed call that every retry runs again.
     if idempotency_key is _REQUIRED or idempotency_key is None:
         raise TypeError(
             "call_tool() needs idempotency_key=: the key names one logical operation, so the "
             "caller chooses it and reuses it for every retry of that operation. For a new "
-            "operation pass idempotency_key=new_key() and keep the value (idemtools.client no "
-            "longer makes a key up when none is given)"
+            "operation pass idempotency_key=new_key() and keep the value (idemtools.client "
+            "never makes a key up when none is given)"
         )
     if not isinstance(idempotency_key, str):
         raise TypeError(

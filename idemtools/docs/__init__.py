@@ -29,7 +29,7 @@ from .render import EXAMPLE_WIDTH as EXAMPLE_WIDTH
 from .render import JSON_SCHEMA as JSON_SCHEMA
 from .render import render_json, render_markdown, render_page
 
-# The constants above stay importable from here, outside __all__, as before the split.
+# The constants above are importable from here too, outside __all__.
 __all__ = [
     "DocsError",
     "ErrorDoc",

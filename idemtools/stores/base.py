@@ -6,7 +6,7 @@ so stores that share a server (Redis, PostgreSQL) never compare clocks across ma
 
     claim    no record (or an expired one) → create IN_PROGRESS(owner, fingerprint, claimed_at),
                lease seconds, remembered as a LAPSED claim for `keep_lapsed` seconds after its
-               lease runs out (0: a lapsed lease frees the key, as before lapsed claims)
+               lease runs out (0: no lapsed claim is kept, and a lapsed lease frees the key)
              IN_PROGRESS of the same owner (a re-sent claim) → CLAIMED, unchanged
              LAPSED, same fingerprint → taken over: IN_PROGRESS(owner), CLAIMED with
                `lapsed` = the lapsed record (its dead owner, claimed_at, lapsed_at)
@@ -209,8 +209,8 @@ class LapsingStore(Store, Protocol):
 
     Apart from `Store` so that a store written against the five operations alone still
     type-checks as one; the engine finds out at run time whether a store takes these keywords
-    and, for one that does not, behaves as before (a lapsed lease frees the key). Every store
-    idemtools ships is one.
+    and, for one that does not, keeps no lapsed claims (a lapsed lease frees the key). Every
+    store idemtools ships is one.
     """
 
     async def claim(

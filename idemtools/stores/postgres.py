@@ -64,10 +64,10 @@ Why it is built this way:
   lease plus the claim's `keep_lapsed`. Every bound, count and purge, written on `expires_at`,
   counts a lapsed claim like the claim it was; a row in progress whose `lease_end` passed is
   LAPSED, and a claim of the same fingerprint takes it over with one conditional UPDATE (the
-  dead owner's row, or nothing). A row of an earlier release has no `lease_end` and is a free
-  key once its `expires_at` (its lease's end) passed, as it was. `schema_sql()` adds the
-  columns to an existing table (`ALTER TABLE … ADD COLUMN IF NOT EXISTS`): run
-  `create_schema()` (or the migration) again when upgrading.
+  dead owner's row, or nothing). A row without a `lease_end` has no lapsed bookkeeping and is
+  a free key once its `expires_at` (its lease's end) passed. `schema_sql()` adds the columns
+  to an existing table that lacks them (`ALTER TABLE … ADD COLUMN IF NOT EXISTS`): run
+  `create_schema()` (or the migration) on such a table.
 * **Transactions never take the whole pool.** A transactional call holds its connection while
   its tool runs, possibly for longer than a lease; with as many such calls as connections, every
   claim, completion, release and replay of the other calls would wait for the pool's `timeout`
@@ -981,7 +981,7 @@ def _queries(table: str) -> dict[str, str]:
     t = _table_ident(table)
     now = sql.SQL("statement_timestamp()")
     live = sql.SQL("expires_at > statement_timestamp()")
-    # A live lease: `lease_end`, or for a row of an earlier release (none) `expires_at`.
+    # A live lease: `lease_end`, or for a row without one, `expires_at`.
     held = sql.SQL("coalesce(lease_end, expires_at) > statement_timestamp()")
     # What every read returns of a record (`PostgresStore._record`).
     fields = sql.SQL(

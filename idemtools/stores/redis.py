@@ -52,7 +52,7 @@ Why it is built this way:
   made (`c`) and its keep (`k`, `keep_lapsed`), and the key expires `k` after `l`: a claim
   whose lease ran out stays, LAPSED, counted by `maxmemory` and a scope's quota like the
   claim it was, and a claim of the same fingerprint takes it over in the same script. A
-  record of an earlier release has no `l`: it expires with its lease, a free key as before.
+  claim record without `l` (no lapsed bookkeeping) expires with its lease: a free key.
 * **Per-scope quota** (`max_records_per_scope`, off by default): each scope has a sorted set,
   `<prefix>q:{<scope digest>}`, of its record key names scored by when each record was last
   known to expire. The claim script checks it in the same atomic step as the claim: while the
@@ -260,8 +260,8 @@ return 0
 """
 )
 
-# The claim held by ARGV[1] while its lease is live (a record of an earlier release has no
-# lease end: its expiry is its lease's end). Sets `r` (its fields) and `now`.
+# The claim held by ARGV[1] while its lease is live (a record without a lease end `l` expires
+# at its lease's end). Sets `r` (its fields) and `now`.
 _HELD = """
 local r = redis.pcall('HMGET', KEYS[1], 's', 'o', 'l', 'k')
 if type(r) == 'table' and r.err then return 0 end
@@ -315,7 +315,7 @@ return 1
 # full Redis (noeviction) refuses every write, and a completion it refused would leave the key
 # to run again after its lease. Tombstones are a few dozen bytes, the one write let past
 # maxmemory. Script flags need Redis 7 (an older Redis fails this script: the outcome is then
-# lost, as before).
+# lost, as on a Redis without this script).
 _COMPLETE_TOMBSTONE = "#!lua flags=allow-oom\n" + _COMPLETE
 
 # The claim held by ARGV[1], in progress or lapsed (its lease ran out; the key is still

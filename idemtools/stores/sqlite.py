@@ -54,7 +54,7 @@ Scope and key are stored as bytes because a key is any JSON string: it may hold 
 surrogates, which SQLite text (or Python's strict UTF-8 codec) would reject or mangle.
 ``SELECT CAST(key AS TEXT) ...`` reads them back in the sqlite3 shell.
 
-The last four columns are added (``ALTER TABLE``) to a file made by an earlier release when a
+The last four columns are added (``ALTER TABLE``) to a file whose table lacks them when a
 connection opens it.
 
 Lapsed claims
@@ -62,8 +62,8 @@ Lapsed claims
 A claim made with `keep_lapsed` keeps its row `keep_lapsed` seconds past its lease: `lease_end`
 is the lease's end, `expires` the end of the row (lease plus keep), so every bound, count and
 cleanup, all written on `expires`, counts a lapsed claim like the claim it was. A row in
-progress whose `lease_end` has passed is LAPSED. A row of an earlier release has no
-`lease_end`: its `expires` is its lease's end, and it is a free key after it, as it was.
+progress whose `lease_end` has passed is LAPSED. A row without a `lease_end` has no lapsed
+bookkeeping: its `expires` is its lease's end, and it is a free key after it.
 
 Expired records
 ---------------
@@ -100,7 +100,7 @@ then would let a retry run the tool again, so an in-progress row counts `TOMBSTO
 bytes for its missing outcome, and a completion that does not fit (the file's budget or its
 scope's) records a tombstone in that room instead: the budget is hard, and the retry is refused
 with `idempotency_outcome_not_kept`, never run again. (The triggers that count this are named
-``…_bytes2_*``; connecting drops the earlier ``…_bytes_*`` ones, which counted no room.)
+``…_bytes2_*``; connecting drops any ``…_bytes_*`` ones, which count no room.)
 
 Errors
 ------
@@ -221,7 +221,7 @@ _SELECT = (
     "SELECT status, fingerprint, owner, expires, outcome, lease_end, claimed_at, replaceable, "
     f"took_over FROM {_TABLE} WHERE scope = ? AND key = ? AND expires > ?"
 )
-# A live lease: `lease_end` when the row has one, else (an earlier release's row) `expires`.
+# A live lease: `lease_end` when the row has one, else (a row without it) `expires`.
 _HELD = (
     "scope = ? AND key = ? AND owner = ? AND status = 'in_progress' "
     "AND coalesce(lease_end, expires) > ?"
@@ -358,7 +358,7 @@ class SQLiteStore:
                 conn.execute(statement)
             have = {row[1] for row in conn.execute(f"PRAGMA table_info({_TABLE})")}
             for column, kind in _LAPSED_COLUMNS.items():
-                if column not in have:  # a file of an earlier release
+                if column not in have:  # a table made without the lapsed columns
                     conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN {column} {kind}")
             if self.max_records_per_scope is not None:
                 conn.execute(_SCOPE_INDEX)

@@ -9,8 +9,9 @@ running it again changes nothing. The server adapters apply them from `install()
 - `declare_key_field()`: `idempotencyKey` (attribute `idempotency_key`) on the installed SDK's
   `CallToolRequestParams`, and the models that embed it rebuilt (see `idemtools._sdk.fields`).
 - `declare_capability_field()` (mcp 2.x): `idempotency` on `ToolsCapability`. Nothing in
-  idemtools applies it any more (the client reads the capability through `ClientSession` alone,
-  `client_mcp2`); kept for code that called it. It serializes to nothing when unset.
+  idemtools applies it (the client reads the capability through `ClientSession` alone,
+  `client_mcp2`); it is there for code that wants the field on the model. It serializes to
+  nothing when unset.
 - `bypass_response_cache(keyed)` (FastMCP): `ResponseCachingMiddleware.on_call_tool` steps aside
   while `keyed()` is true, so a keyed call is never answered from, or written to, the cache.
 """
