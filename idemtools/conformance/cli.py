@@ -243,7 +243,7 @@ def main(args: argparse.Namespace) -> int:
         print(line)
     if args.json:
         data = report.as_json()
-        if stopped is not None:  # added fields only: readers of the earlier shape still work
+        if stopped is not None:  # added fields only: a reader that ignores unknown ones reads it
             data["stopped"] = {"reason": stopped.reason, "not_run": stopped.not_run}
             data["summary"]["exit_code"] = code
         if args.family:  # added field: a partial run says which families it ran

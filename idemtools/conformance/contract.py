@@ -116,12 +116,12 @@ def throw_error(label: str, executions: int) -> dict[str, Any]:
     }
 
 
-OLD_THROW_FIELD = "count"  # the name `sep3182_throw`'s data used before it matched the results
+OLD_THROW_FIELD = "count"  # accepted in `sep3182_throw`'s data for `executions`, with a note
 
 
 def throw_count(error: Any) -> int | None:
-    """The execution count in `sep3182_throw`'s JSON-RPC error (`data.executions`, or the older
-    `data.count`), or None when there is none."""
+    """The execution count in `sep3182_throw`'s JSON-RPC error (`data.executions`, or the
+    accepted `data.count`), or None when there is none."""
     data = error.get("data") if isinstance(error, dict) else None
     if not isinstance(data, dict):
         return None
@@ -132,7 +132,7 @@ def throw_count(error: Any) -> int | None:
 
 
 def throw_uses_old_field(error: Any) -> bool:
-    """Whether the count came from `data.count` alone (a server written to the older contract)."""
+    """Whether the count came from `data.count` alone (accepted, with a note)."""
     data = error.get("data") if isinstance(error, dict) else None
     return (
         isinstance(data, dict)

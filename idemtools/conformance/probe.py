@@ -119,8 +119,8 @@ class _Probe:
             )
         elif throw_uses_old_field(error):
             self.fixtures.notes.append(
-                f"{THROW} answers data.count, the contract's older name: accepted (the contract "
-                "now names it data.executions, as the results do)"
+                f"{THROW} answers data.count where the contract names it data.executions (as "
+                "the results do): accepted"
             )
 
 

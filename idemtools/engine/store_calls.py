@@ -83,7 +83,7 @@ class StoreCalls:
         self.store = store
         self.transactional = isinstance(store, TransactionalStore)
         # A store written against the five operations alone takes none of the unknown-outcome
-        # keywords: it never keeps a lapsed claim, and the engine behaves with it as before.
+        # keywords: it never keeps a lapsed claim, and with it a lapsed lease frees the key.
         self.lapses = _takes(store.claim, "keep_lapsed") and _takes(store.release, "lapse")
         self.replaces = _takes(store.complete, "replaceable")
         self._telemetry = telemetry

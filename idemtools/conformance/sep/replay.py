@@ -183,7 +183,7 @@ async def jsonrpc_error(ctx: Context) -> Outcomes:
         older = throw_uses_old_field(first.error)
         out[checks[0]] = _noted(
             ("pass", "the JSON-RPC error was replayed, not re-executed"),
-            f"{THROW} answers data.count, the contract's older name for data.executions: accepted"
+            f"{THROW} answers data.count where the contract names it data.executions: accepted"
             if older
             else None,
         )
