@@ -161,9 +161,11 @@ def original_replayed_after_in_progress(s: Stdio) -> bool:
 
 def one_execution_late_in_a_run(s: Stdio) -> bool:
     """A duplicate sent well after the original started (past any short lease) runs nothing."""
-    key, args = fresh("k"), {"label": fresh(), "ms": 900}
-    s.count(args["label"])  # the server is up and reading: the times below are its own
+    key, args = fresh("k"), {"label": fresh(), "ms": 1500}
     original = s.send("tools/call", _params("sep3182_record_slow", args, key, {}))
+    deadline = time.monotonic() + 10
+    while s.count(args["label"]) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the original runs: the wait below starts from there
     time.sleep(0.6)
     duplicate = s.send("tools/call", _params("sep3182_record_slow", args, key, {}))
     s.line(original)
@@ -174,7 +176,7 @@ def one_execution_late_in_a_run(s: Stdio) -> bool:
 def other_arguments_run_nothing_while_running(s: Stdio) -> bool:
     key, label, other = fresh("k"), fresh(), fresh()
     original = s.send(
-        "tools/call", _params("sep3182_record_slow", {"label": label, "ms": 400}, key, {})
+        "tools/call", _params("sep3182_record_slow", {"label": label, "ms": 1500}, key, {})
     )
     refused = s.call("sep3182_record_slow", {"label": other, "ms": 0}, key)
     s.line(original)
