@@ -258,7 +258,7 @@ def face_imports(found: Mapping[str, tuple[bool, str]]) -> list[FaceImport]:
     graph leaves parent packages out (importing `a.b.c` runs `a` and `a.b` first), so an arrow
     up to a face would hide a circle from `test_import_graph` and tie the part to whatever its
     face gathers."""
-    bad = []
+    bad: list[FaceImport] = []
     for name, (is_package, text) in sorted(found.items()):
         for node in ast.walk(ast.parse(text)):
             if not isinstance(node, ast.ImportFrom):
