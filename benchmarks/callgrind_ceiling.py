@@ -9,7 +9,9 @@ keyed first execution, a replay and an unkeyed call, each in its own block of ca
 divides each block's instruction total by its calls. Instruction counts, unlike times, do not
 depend on what else the machine runs, but they do depend on the interpreter and on every
 library in the round trip: the ceilings hold for the interpreter and the pinned packages they
-were recorded with (`constraints-callgrind.txt`), and the gate refuses to judge anything else.
+were recorded with (`constraints-callgrind.txt`), and the gate refuses to judge anything else
+(or to record from it): another Python or mcp, or any installed distribution that file does not
+pin at the version installed.
 A ceiling is what was measured plus `margin`, so a change that makes a call a few percent
 dearer fails here and has to say why (or record new ceilings, in the same change).
 """
@@ -25,11 +27,18 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CEILINGS = HERE / "callgrind-ceiling.json"
 GATED = ("first", "replay", "unkeyed")
+CONSTRAINTS = HERE / "constraints-callgrind.txt"
+NOT_PINNED = {
+    "idemtools": "the code being measured",
+    "pip": "what `python -m venv` seeds; never imported by the round trip",
+}
+"""Installed distributions the constraints file need not pin, and why."""
 
 
 def measure(calls: int, warmup: int) -> dict[str, int]:
@@ -66,6 +75,47 @@ def measure(calls: int, warmup: int) -> dict[str, int]:
     return counts
 
 
+def normalized(name: str) -> str:
+    """A distribution's name as package indexes compare them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(text: str) -> dict[str, str]:
+    """The `name==version` lines of a constraints file, by normalized name."""
+    found: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, version = line.partition("==")
+        if not sep or not version.strip():
+            raise SystemExit(f"{CONSTRAINTS.name}: not an exact pin: {raw!r}")
+        found[normalized(name.strip())] = version.strip()
+    return found
+
+
+def installed() -> dict[str, str]:
+    """Every distribution this interpreter sees, by normalized name, with its version."""
+    return {
+        normalized(dist.metadata["Name"]): dist.version
+        for dist in importlib.metadata.distributions()
+    }
+
+
+def unpinned(have: Mapping[str, str], pinned: Mapping[str, str]) -> list[str]:
+    """Installed distributions not pinned at their installed version (`NOT_PINNED` aside)."""
+    bad = []
+    for name, version in sorted(have.items()):
+        if name in NOT_PINNED:
+            continue
+        want = pinned.get(name)
+        if want is None:
+            bad.append(f"{name}=={version} (not pinned)")
+        elif want != version:
+            bad.append(f"{name}=={version} (pinned: {want})")
+    return bad
+
+
 def environment() -> dict[str, str]:
     """What the counts depend on, besides idemtools itself."""
     return {"python": platform.python_version(), "mcp": importlib.metadata.version("mcp")}
@@ -80,6 +130,14 @@ def main() -> int:
     here = environment()
     if not args.record and here != saved["environment"]:
         print(f"ceilings recorded on {saved['environment']}, this is {here}: not comparable")
+        return 2
+    loose = unpinned(installed(), pins(CONSTRAINTS.read_text(encoding="utf-8")))
+    if loose:
+        print(
+            f"installed but not pinned in {CONSTRAINTS.name} (the counts depend on every "
+            "package in the round trip; install with -c that file, or pin them there):\n  "
+            + "\n  ".join(loose)
+        )
         return 2
     counts = measure(saved["calls"], saved["warmup"])
     bare = counts["bare"]
