@@ -301,7 +301,7 @@ def test_key_echo_is_a_prefix_of_at_most_64_characters(key: str) -> None:
 
 @pytest.mark.parametrize(("error_type", "cls"), sorted(ALL_REFUSALS.items()))
 def test_data_is_a_plain_attribute(error_type: str, cls: type[RefusedError]) -> None:
-    # `error.data` once printed as `<bound method ...>`; it is a value now, like `key`.
+    # `error.data` is a value, like `key` (a method would print as `<bound method ...>`).
     error = cls("m", key="k-1")
     assert isinstance(error.data, dict)
     assert error.data["type"] == error_type

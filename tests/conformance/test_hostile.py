@@ -162,8 +162,8 @@ def test_flood_of_server_requests_cannot_deadlock_the_reader(tmp_path: Path) -> 
 def test_reader_keeps_reading_while_the_server_ignores_its_answers(tmp_path: Path) -> None:
     """20000 pings before the first answer, none of the kit's answers to them read meanwhile:
     the reader goes on reading (its answers wait in the bounded outbox or are dropped), and
-    every check is decided on its merits. (Endless, the same flood used to hang the old reader
-    for good: test_flood_of_server_requests_cannot_deadlock_the_reader.)"""
+    every check is decided on its merits. (Endless, the same flood would hang a reader that
+    stopped reading for good: test_flood_of_server_requests_cannot_deadlock_the_reader.)"""
     run = kit(tmp_path, "--timeout", "10", *stdio("flood-answer"), deadline=60)
     assert run.code == 1, run.text
     detail = next(

@@ -2,8 +2,8 @@
 
 langchain-mcp-adapters opens a fresh session per tool call, and on stdio a session is a server
 process: the retry of a tool call whose answer was lost reaches a new process. With records in
-memory (`IDEMTOOLS_STORE=memory://`, the old default) that process ran the tool again; the
-default store on stdio keeps them on disk, so the retry replays. The first answer is lost by an
+memory (`IDEMTOOLS_STORE=memory://`) that process runs the tool again; the default store on
+stdio keeps them on disk, so the retry replays. The first answer is lost by an
 interceptor around the keyed one: the tool ran, the graph sees an error and retries the same
 tool call. langchain-mcp-adapters requires mcp < 2: this runs on the mcp 1.x leg
 (tests/e2e/test_stdio_default_store.py proves the same with the plain SDK).

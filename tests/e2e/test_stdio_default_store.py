@@ -2,9 +2,9 @@
 
 Hosts start a fresh stdio server process per tool call (langchain-mcp-adapters opens a session
 per call) or restart it between a call and its retry. With records in memory the retry, sent to a
-new process with the same key, ran the tool again; the default store on stdio is a SQLite file in
+new process with the same key, runs the tool again; the default store on stdio is a SQLite file in
 the user's state directory (tests/conftest.py points `XDG_STATE_HOME` at a temporary one), so the
-retry replays. `IDEMTOOLS_STORE=memory://` is the old default: the "before" of each test.
+retry replays. Each test runs with `IDEMTOOLS_STORE=memory://` too, for the comparison.
 """
 
 from __future__ import annotations

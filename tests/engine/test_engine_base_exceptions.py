@@ -1,9 +1,9 @@
 """A tool that raises a `BaseException` that is not its caller's cancellation.
 
 An `asyncio.CancelledError` out of a future another task cancelled, or a custom `BaseException`
-subclass, used to escape `_run` (which caught `Exception` only): nothing was recorded or
-released, the key read `in_progress` for the whole lease while nothing ran, then the retry ran
-the side effect again. Now it is the call's outcome: recorded as an error, replayed to retries.
+subclass, is the call's outcome: recorded as an error, replayed to retries. An `except Exception`
+would let it escape `_run`: nothing recorded or released, the key `in_progress` for the whole
+lease while nothing ran, then the retry running the side effect again.
 `KeyboardInterrupt` / `SystemExit` are recorded, then re-raised. The cancellation of the
 execution's own task (an event loop tearing down) still propagates and records nothing.
 

@@ -2,8 +2,8 @@
 
 The store applied the claim, then raised (Redis: the reply to the claim and to the store's own
 retry on a fresh connection both lost; PostgreSQL: the answer after the implicit COMMIT lost,
-twice): the client hears "not run", and the key used to read `in_progress` for the whole lease.
-Now the engine releases it, as the cancellation path does, so the retry runs at once, once.
+twice): the client hears "not run". The engine releases the claim, as the cancellation path
+does, so the key does not read `in_progress` for the whole lease: the retry runs at once, once.
 
 Real servers behind a relay that drops the connection right after the server answered the
 claim (the claim's fingerprint marks its request); nothing of the store is simulated.

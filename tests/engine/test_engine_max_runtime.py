@@ -1,4 +1,4 @@
-"""`max_runtime`: a hung tool no longer holds its key for ever, and never runs twice.
+"""`max_runtime`: a hung tool does not hold its key for ever, and never runs twice.
 
 Past the policy's `max_runtime` the lease keeper records `idempotency_outcome_unknown` under
 the running call's owner, with an ERROR naming the key digest and the tool: a retry gets that

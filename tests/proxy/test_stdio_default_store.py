@@ -3,7 +3,7 @@
 A host that starts the proxy anew for a retry (a session per call, a restart) must still get the
 first attempt's answer: the default store on stdio is a SQLite file per upstream entry point in
 the user's state directory (tests/conftest.py points `XDG_STATE_HOME` at a temporary one).
-`--store memory://` is the old default, the "before".
+Each test runs with `--store memory://` too, for the comparison: there the retry runs again.
 """
 
 from __future__ import annotations

@@ -552,7 +552,7 @@ class StoreConformance:
         await self.advance(self.LEASE * 0.5)
         assert await store.renew(SCOPE, "renewed", "orenewed", self.LEASE)
         await self.advance(self.LEASE)  # 1.5 leases: every lease ran out, "renewed" at 1.5
-        assert await store.get(SCOPE, "today") is None  # keep_lapsed=0: a free key, as before
+        assert await store.get(SCOPE, "today") is None  # keep_lapsed=0: no lapsed claim, a free key
         record = await store.get(SCOPE, "a")
         assert record is not None
         assert (record.status, record.owner, record.fingerprint, record.outcome) == (

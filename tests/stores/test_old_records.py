@@ -1,9 +1,9 @@
-"""Records written before lapsed claims existed are read as they always were.
+"""Claims without lapsed bookkeeping are free keys once their lease ran out.
 
-Each store here is given a claim exactly as the previous release wrote it (its statements and
-fields, copied from that code: no lease end, no keep), then read and claimed by this release:
+Each store here is given a claim in the record format without a lease end or a keep (its
+statements and fields as a writer of that format uses them), then read and claimed:
 in progress while its lease lasts, then a free key (never LAPSED, never taken over), however
-long a keep the new claim asks for. SQLite and PostgreSQL tables made by the previous release
+long a keep the new claim asks for. SQLite and PostgreSQL tables without the lapsed columns
 are upgraded in place (SQLite when a connection opens the file, PostgreSQL by `create_schema`).
 """
 
@@ -44,8 +44,8 @@ def _cleanup() -> Iterator[None]:
         delete_redis_keys(REDIS_PREFIX)
 
 
-async def _read_as_before(store: LapsingStore, advance: object, lease: float) -> None:
-    """In progress while the old claim's lease lasts, then a free key for a claim with a keep."""
+async def _read_as_free_key(store: LapsingStore, advance: object, lease: float) -> None:
+    """In progress while the claim's lease lasts, then a free key for a claim with a keep."""
     record = await store.get(SCOPE, KEY)
     assert record is not None
     assert (record.status, record.owner, record.fingerprint) == (Status.IN_PROGRESS, OWNER, FP)
@@ -54,7 +54,7 @@ async def _read_as_before(store: LapsingStore, advance: object, lease: float) ->
     assert not refused.claimed and refused.existing is not None
     assert refused.existing.owner == OWNER
     await advance(lease * 1.5)  # type: ignore[operator]
-    assert await store.get(SCOPE, KEY) is None  # not LAPSED: a free key, as before
+    assert await store.get(SCOPE, KEY) is None  # not LAPSED: a free key
     claim = await store.claim(SCOPE, KEY, FP, "new-owner", lease, keep_lapsed=KEEP)
     assert claim == Claim(claimed=True)  # nothing taken over
     record = await store.get(SCOPE, KEY)
@@ -96,8 +96,8 @@ def _old_sqlite_claim(path: Path, expires: float) -> None:
 async def test_sqlite_old_claim_is_a_free_key_after_its_lease(
     tmp_path: Path, upgraded_first: bool
 ) -> None:
-    # A file of the previous release, or (upgraded_first) an upgraded file an older process
-    # still writes to with the previous statement.
+    # A file without the lapsed columns, or (upgraded_first) an upgraded file a writer of the
+    # format without them still writes to with its statement.
     path, clock, lease = tmp_path / "idem.db", FakeClock(), 30.0
     if upgraded_first:
         store = SQLiteStore(path, clock=clock)
@@ -110,7 +110,7 @@ async def test_sqlite_old_claim_is_a_free_key_after_its_lease(
 
     store = SQLiteStore(path, clock=clock)
     try:
-        await _read_as_before(store, advance, lease)
+        await _read_as_free_key(store, advance, lease)
     finally:
         await store.aclose()
 
@@ -124,10 +124,10 @@ async def test_redis_old_claim_is_a_free_key_after_its_lease() -> None:
     lease = 0.4
     try:
         name = store.key_name(SCOPE, KEY)
-        # What the previous claim script wrote: HSET s, f, o; PEXPIRE lease.
+        # A claim without lapsed bookkeeping: HSET s, f, o; PEXPIRE lease.
         await store.client.hset(name, mapping={"s": "p", "f": FP, "o": OWNER})
         await store.client.pexpire(name, round(lease * 1000))
-        await _read_as_before(store, anyio.sleep, lease)
+        await _read_as_free_key(store, anyio.sleep, lease)
     finally:
         await store.aclose()
 
@@ -155,7 +155,7 @@ async def test_postgres_old_claim_is_a_free_key_after_its_lease() -> None:
     table = f"{TABLE_PREFIX}{uuid.uuid4().hex[:8]}"
     lease = 2.0
     ident = sql.Identifier(table)
-    with psycopg.connect(url, autocommit=True) as conn:  # the previous release's table, claim
+    with psycopg.connect(url, autocommit=True) as conn:  # no lapsed columns
         conn.execute(sql.SQL(_OLD_POSTGRES_TABLE).format(t=ident))
         enc = [s.encode("utf-8", "surrogatepass") for s in (SCOPE, KEY)]
         conn.execute(sql.SQL(_OLD_POSTGRES_CLAIM).format(t=ident), (*enc, FP, OWNER, lease))
@@ -165,6 +165,6 @@ async def test_postgres_old_claim_is_a_free_key_after_its_lease() -> None:
         with pytest.raises(StoreUnavailableError, match="create_schema"):
             await store.claim(SCOPE, KEY, FP, "new-owner", lease)
         await store.create_schema()  # the upgrade: adds the columns, keeps the rows
-        await _read_as_before(store, anyio.sleep, lease)
+        await _read_as_free_key(store, anyio.sleep, lease)
     finally:
         await store.aclose()

@@ -148,8 +148,8 @@ async def _identical_calls(store: RedisStore, keys: list[str], copies: int) -> d
 async def test_300_keys_4_concurrent_identical_calls_execute_once_and_replay(
     redis_cluster: LocalCluster,
 ) -> None:
-    # 1200 calls in flight: more than redis-py's 100 connections per node, which used to fail
-    # commands with MaxConnectionsError (lost renewals, "store unavailable").
+    # 1200 calls in flight: more than redis-py's 100 connections per node, past which a client
+    # fails commands with MaxConnectionsError (lost renewals, "store unavailable").
     store = RedisStore.from_url(redis_cluster.url, prefix=_prefix())
     keys = [f"k{i}" for i in range(300)]
     try:

@@ -566,11 +566,11 @@ async def test_flood_one_scope_others_unaffected(tmp_path: Path) -> None:
         await store.aclose()
 
 
-async def test_a_file_of_the_previous_release_gets_the_new_byte_triggers(
+async def test_a_file_with_bytes_triggers_gets_bytes2_triggers(
     tmp_path: Path, clock: FakeClock, opened: list[SQLiteStore]
 ) -> None:
-    """The previous release's triggers (`…_bytes_*`) counted no tombstone room for a claim;
-    connecting drops them, so rows are counted once, by the new ones, and the total matches."""
+    """Triggers named `…_bytes_*` count no tombstone room for a claim; connecting drops them,
+    so rows are counted once, by the `…_bytes2_*` ones, and the total matches."""
     path = tmp_path / "idem.db"
     with contextlib.closing(raw(path)) as conn:
         conn.execute(
@@ -593,7 +593,7 @@ async def test_a_file_of_the_previous_release_gets_the_new_byte_triggers(
     assert await store.complete(SCOPE, "a", "oa", b"z" * 700, 100)
     await store.claim(SCOPE, "b", "fp", "ob", 100)
     kept, actual = usage(path)
-    assert kept == actual  # the old triggers would have added 1,000,000 per write
+    assert kept == actual  # the `…_bytes_*` ones would add 1,000,000 per write
     with contextlib.closing(raw(path)) as conn:
         names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
     assert not any("_bytes_" in n for n in names) and any("_bytes2_" in n for n in names)

@@ -1,6 +1,6 @@
 """mcp 1.x: a `tools/call` handler is wrapped where dispatch looks it up, whatever edited the
-handler dict (`request_handlers |= {...}` bypassed the old dict-subclass guard, since
-`dict.__ior__` never calls `__setitem__`, and those keyed calls ran unprotected)."""
+handler dict (`request_handlers |= {...}` would bypass a guard in a dict subclass, since
+`dict.__ior__` never calls `__setitem__`, and those keyed calls would run unprotected)."""
 
 from __future__ import annotations
 
