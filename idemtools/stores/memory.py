@@ -77,8 +77,8 @@ __all__ = ["RECORD_OVERHEAD", "SCOPE_SHARE", "MemoryStore"]
 
 RECORD_OVERHEAD = 320
 """Bytes counted per record besides its id, fingerprint, owner and outcome: the `_Entry`, the
-dict slot and heap entry, the bytes objects' headers (kept as measured with the TLRUCache
-this store used before, which cost a little more: an upper bound)."""
+dict slot and heap entry, the bytes objects' headers (an upper bound: measured with a cache
+that cost a little more per record)."""
 
 _UNPACKED_META = 160
 """Extra bytes of an unpacked (fingerprint, owner) tuple of strings over the packed 48 bytes."""
@@ -652,7 +652,7 @@ class MemoryStore:
             self._entries[rid] = record
             self._count(sid, 1, record.size())
             self._moved(rid, record.expires)  # may be before its heap entries: one anew
-        # else kept for no time at all (as TLRUCache did): nothing stays under rid
+        # else kept for no time at all (a retention of 0 or less): nothing stays under rid
         return True
 
     def _no_room(self, sid: bytes, size: int) -> bool:

@@ -15,7 +15,7 @@ from idemtools.stores.base import LapsingStore
 from idemtools.stores.memory import MemoryStore, _pack, _scope_of
 from tests.budget import examples
 
-from ._memory_before import MemoryStore as MemoryStoreBefore
+from ._memory_two_tables import MemoryStore as TwoTableMemoryStore
 from .conformance import FakeClock, StoreConformance
 from .flood import flood_scenario
 
@@ -287,8 +287,8 @@ def _same_answers(
     kept are those of the store with claims and completed records in two tables; after `len`
     (both hold only live records then) the bytes they count agree too."""
     clock = FakeClock()
-    before, after = MemoryStoreBefore(clock=clock, **bounds), MemoryStore(clock=clock, **bounds)
-    stores = (before, after)
+    two, one = TwoTableMemoryStore(clock=clock, **bounds), MemoryStore(clock=clock, **bounds)
+    stores = (two, one)
     claimed: list[tuple[str, str, str, str]] = []  # (owner, fingerprint, scope, key)
     trace: list[str] = [str(bounds)]
     for n, (op, s, k, who, seconds, v) in enumerate(ops):
@@ -340,13 +340,13 @@ def _same_answers(
             answers = [_answer(x.get(scope, key)) for x in stores]
         else:
             answers = [len(x) for x in stores]
-            assert before.bytes_used == after.bytes_used, "\n".join(trace)
+            assert two.bytes_used == one.bytes_used, "\n".join(trace)
         assert answers[0] == answers[1], "\n".join(trace)
-        assert before.outcomes_not_kept == after.outcomes_not_kept, "\n".join(trace)
+        assert two.outcomes_not_kept == one.outcomes_not_kept, "\n".join(trace)
         # Every key read back agrees too (reads remove nothing: neither store is tidied up).
         for sc in _SCOPES:
             for ky in _KEYS:
-                assert _run(before.get(sc, ky)) == _run(after.get(sc, ky)), "\n".join(trace)
+                assert _run(two.get(sc, ky)) == _run(one.get(sc, ky)), "\n".join(trace)
 
 
 @settings(max_examples=examples(400), deadline=None)

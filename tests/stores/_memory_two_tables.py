@@ -1,11 +1,12 @@
-"""A test oracle: MemoryStore as it was before it kept every record in one table.
+"""A test oracle: MemoryStore's contract written another way, with two tables of records.
 
-A verbatim copy of `idemtools/stores/memory.py` from then (only its imports made absolute), so
-`tests/stores/test_memory.py` can run random operation sequences on both and require the same
+The same store as `idemtools/stores/memory.py` (bounds, byte budget, answers), but with claims
+in progress and completed records in a table each, where the library keeps every record in one.
+`tests/stores/test_memory.py` runs random operation sequences on both and requires the same
 answers, bounds and byte budgets included (the reference store counts no bytes). Not used by
 the library.
 
-Its docstring then:
+Its own description:
 
 MemoryStore: the embedded default, one process, records in two dicts with heaps of expiries.
 
@@ -15,11 +16,9 @@ evicted (what an idempotency store must never do): a claim that would need room 
 
 Claims in progress (expiry = lease, moved on every renewal) and completed records (expiry =
 retention, written once) each live in a `_Records`: a plain dict with a heap of expiries. Every
-keyed call adds a claim and a moment later moves it, with its outcome, to the completed records;
-cachetools' TLRUCache, which held the completed records before, made that write (its LRU order,
-timer and size callback) the largest cost of a first execution. Ids, fingerprints and owner
-tokens are kept as raw bytes when they are the hex strings the engine produces, and turned back
-into the same strings in `Record`.
+keyed call adds a claim and a moment later moves it, with its outcome, to the completed records.
+Ids, fingerprints and owner tokens are kept as raw bytes when they are the hex strings the engine
+produces, and turned back into the same strings in `Record`.
 
 Bounds
 ------
@@ -78,8 +77,8 @@ __all__ = ["RECORD_OVERHEAD", "SCOPE_SHARE", "MemoryStore"]
 
 RECORD_OVERHEAD = 320
 """Bytes counted per record besides its id, fingerprint, owner and outcome: the `_Entry`, the
-dict slot and heap entry, the bytes objects' headers (kept as measured with the TLRUCache
-this store used before, which cost a little more: an upper bound)."""
+dict slot and heap entry, the bytes objects' headers (an upper bound: measured with a cache
+that cost a little more per record)."""
 
 _UNPACKED_META = 160
 """Extra bytes of an unpacked (fingerprint, owner) tuple of strings over the packed 48 bytes."""
