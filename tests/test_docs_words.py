@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ["idemtools", "docs", "examples", "tests", "benchmarks", "scripts", "README.md",
            "mkdocs.yml"]  # fmt: skip
 SUFFIXES = {".py", ".md", ".yml", ".yaml", ".toml", ".mjs", ".js", ".ts", ".json", ".txt", ".cfg"}
-SKIPPED_PARTS = {"node_modules", "__pycache__", ".git"}
+SKIPPED_PARTS = {"node_modules", "__pycache__", ".git", "vendor"}  # vendor: third-party, verbatim
 
 # Hex that is data, not a reference to this project's history, each with its reason.
 HEX_ALLOWED = {
