@@ -10,8 +10,9 @@ scrolling, and no table or code block is wider than the text column. That needs 
 so it runs through selenium only (required, like Chromium, under IDEMTOOLS_REQUIRE_SERVICES=1).
 
 Every page of the site is opened at 390 px (a phone) and 1280 px: none may scroll sideways or
-stick out of its column, and the site's navigation must be reachable (the sidebar on a laptop,
-the menu button's drawer on a phone).
+stick out of its column, the site's navigation must be reachable (the sidebar on a laptop,
+the menu button's drawer on a phone), and every diagram (a mermaid block) must have become an
+SVG, from the site's own copy of mermaid: nothing outside 127.0.0.1 is reachable here.
 
 No Chromium: the test is skipped with the reason; `IDEMTOOLS_REQUIRE_SERVICES=1` (CI) turns
 that skip into a failure.
@@ -324,7 +325,7 @@ if (root.scrollWidth > root.clientWidth) {
 }
 const edge = content.getBoundingClientRect().right + 1;
 for (const e of content.querySelectorAll('*')) {
-  if (e.closest('.md-typeset__scrollwrap, pre, .highlight, .mermaid')) continue;
+  if (e.closest('.md-typeset__scrollwrap, pre, .highlight')) continue;
   const box = e.getBoundingClientRect();
   if (box.width === 0 && box.height === 0) continue;
   if (box.right > edge) {
@@ -334,6 +335,52 @@ for (const e of content.querySelectorAll('*')) {
 }
 return problems;
 """
+
+
+def _diagrams(html: str) -> int:
+    """How many mermaid blocks a built page holds (superfences' `<pre class="mermaid">`)."""
+    return html.count('<pre class="mermaid">')
+
+
+def _svg_roles(
+    node: dict[str, Any], inside: list[str | None] | None = None
+) -> list[list[str | None]]:
+    """Per rendered diagram (Material's `div.mermaid`, its SVG in a closed shadow root, which
+    only the DevTools protocol's `pierce` reaches): the `aria-roledescription` of each SVG in it
+    (mermaid's diagram type, "error" for its error picture)."""
+    found: list[list[str | None]] = []
+    names = node.get("attributes", [])
+    attributes = dict(zip(names[::2], names[1::2], strict=True))
+    if node.get("nodeName") == "DIV" and "mermaid" in attributes.get("class", "").split():
+        inside = []
+        found.append(inside)
+    elif inside is not None and node.get("nodeName") == "svg":
+        inside.append(attributes.get("aria-roledescription"))
+    for child in [*node.get("children", []), *node.get("shadowRoots", [])]:
+        found.extend(_svg_roles(child, inside))
+    return found
+
+
+def _unrendered(driver: Any, expected: int) -> str | None:
+    """None when each of the page's `expected` mermaid blocks became an SVG diagram."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    # Material replaces each block's <pre> with a <div class="mermaid"> once mermaid drew it.
+    done = f"return document.querySelectorAll('div.mermaid').length === {expected}"
+    try:
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script(done))
+    except Exception:
+        shown = driver.execute_script(
+            "return [document.querySelectorAll('div.mermaid').length, typeof mermaid]"
+        )
+        return f"{shown[0]} of {expected} diagrams rendered (mermaid: {shown[1]})"
+    if not expected:
+        return None
+    tree = driver.execute_cdp_cmd("DOM.getDocument", {"depth": -1, "pierce": True})
+    roles = _svg_roles(tree["root"])
+    if len(roles) != expected or any(not r or r[0] in (None, "error") for r in roles):
+        return f"not a diagram for every block: {roles}"
+    return None
 
 
 def _pages(site: Path) -> list[str]:
@@ -382,6 +429,9 @@ def test_every_page_fits_and_shows_its_navigation(chromium: str, width: int) -> 
     site = project_site()
     pages = _pages(site)
     assert len(pages) > 20, pages
+    diagrams = {page: _diagrams((site / page / "index.html").read_text()) for page in pages}
+    fences = sum(p.read_text().count("```mermaid") for p in (ROOT / "docs").rglob("*.md"))
+    assert sum(diagrams.values()) == fences > 0, (fences, diagrams)
     faults: dict[str, object] = {}
     with _serve(site) as url, tempfile.TemporaryDirectory(prefix="idemtools-chromium-") as profile:
         driver = _driver(chromium, profile, 1280)
@@ -397,11 +447,16 @@ def test_every_page_fits_and_shows_its_navigation(chromium: str, width: int) -> 
                     lambda d: d.find_elements(By.CSS_SELECTOR, "article")
                 )
                 assert driver.execute_script("return window.innerWidth") == width
+                unrendered = _unrendered(driver, diagrams[page])  # measured once drawn
                 script = _OVERFLOW_JS if width >= 1220 else _PAGE_OVERFLOW_JS
                 problems = driver.execute_script(script)
                 nav = _nav_shown(driver, width)
-                if problems or nav:
-                    faults[page or "/"] = {"overflow": problems[:5], "navigation": nav}
+                if problems or nav or unrendered:
+                    faults[page or "/"] = {
+                        "overflow": problems[:5],
+                        "navigation": nav,
+                        "diagrams": unrendered,
+                    }
         finally:
             driver.quit()
     assert faults == {}, faults
