@@ -139,7 +139,7 @@ def _first_cells(heading: str, header: str) -> set[str]:
 def test_the_metrics_table_lists_every_engine_counter() -> None:
     from dataclasses import fields
 
-    from idemtools.engine.core import EngineStats
+    from idemtools.engine import EngineStats
 
     assert _first_cells("Metrics", "counter") == {f.name for f in fields(EngineStats)}
 

@@ -148,8 +148,8 @@ async def release(
             if again is not None and again.status is Status.LAPSED and again.owner == record.owner:
                 raise KeysError(
                     f"key_digest={digest} is a lapsed claim the {store.kind} store did not "
-                    "release: the store predates releasing lapsed claims (see Stores, the "
-                    "store protocol); it is dropped when the tool's retention ends"
+                    "release: the store does not release lapsed claims (see Stores, the store "
+                    "protocol); it is dropped when the tool's retention ends"
                 )
     if done:
         log.warning(

@@ -619,8 +619,7 @@ class MemoryStore:
             now = self._clock()
             entry = self._held(rid, owner, now)
             if entry is None:
-                # The owner's lapsed claim: an operator's release (added with the protocol's
-                # release of lapsed claims, after this copy was taken).
+                # The owner's lapsed claim: an operator's release.
                 found = None if lapse else self._find(rid, now)
                 if found is None or found[1] is not Status.LAPSED:
                     return False
