@@ -274,12 +274,7 @@ def face_imports(found: Mapping[str, tuple[bool, str]]) -> list[FaceImport]:
     return bad
 
 
-FACE_IMPORTS_ALLOWED = {
-    ("idemtools.stores.default", "from_url"): (
-        "from_url is written in stores/__init__.py itself, so the face is its defining module; "
-        "once it lives in a module of its own, default.py imports it from there and this entry "
-        "goes (the test then fails until it does)"
-    ),
+FACE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
 }
 """(module, name) → why it still reads its package's face. Every entry must still be needed."""
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from .base import Store
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
+from .urls import from_url
 
 __all__ = [
     "ENV",
@@ -50,8 +51,6 @@ def from_env() -> Store | None:
     url = os.environ.get(ENV, "").strip()
     if not url:
         return None
-    from . import from_url
-
     return from_url(url)
 
 
