@@ -8,7 +8,9 @@ The activity opens an MCP session to examples/payments_server.py over stdio (a n
 process per attempt) and calls `charge` with `keyed_call`: the key comes from the activity's
 identity in Temporal, so the attempt after a crash sends the same key and the server replays
 the first attempt's answer. The server's records are in a SQLite file: they outlive the server
-process and the worker (with an HTTP server, use its shared store: Redis, PostgreSQL).
+process and the worker (with an HTTP server, use its shared store: Redis, PostgreSQL). The
+worker's `OutcomeUnknownInterceptor` fails an activity whose answer is
+`idempotency_outcome_unknown` at once: a retry would send the same key and get the same answer.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ with workflow.unsafe.imports_passed_through():  # activity-side imports, not wor
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    from idemtools.integrations.temporal import keyed_call
+    from idemtools.integrations.temporal import OutcomeUnknownInterceptor, keyed_call
 
 TASK_QUEUE = "payments"
 SERVER = StdioServerParameters(
@@ -56,7 +58,13 @@ class ChargeWorkflow:
 
 async def worker(client: Client) -> None:
     async with Worker(
-        client, task_queue=TASK_QUEUE, workflows=[ChargeWorkflow], activities=[charge]
+        client,
+        task_queue=TASK_QUEUE,
+        workflows=[ChargeWorkflow],
+        activities=[charge],
+        # The session is opened in the activity: an unknown outcome leaves it inside an
+        # ExceptionGroup, which Temporal would retry. The interceptor makes it non-retryable.
+        interceptors=[OutcomeUnknownInterceptor()],
     ):
         await asyncio.Event().wait()  # until interrupted (or killed)
 

@@ -2,7 +2,7 @@
 
     python -c "from tests.e2e.temporal_app import main; main()" ADDRESS QUEUE STORE LOG [FLAG]
 
-FLAG: `--crash` or `--hold`.
+FLAG: `--crash`, `--hold` or `--example`.
 
 `CrashWorkflow` runs the example's `charge` activity (keyed) or `charge_unkeyed` (the same call
 without a key) with a heartbeat, so that Temporal notices a killed worker within
@@ -10,6 +10,9 @@ without a key) with a heartbeat, so that Temporal notices a killed worker within
 this worker spawns SIGKILLs it from inside the tool (tests/e2e/temporal_server.py). With
 `--hold`, the worker starts (imports, connects) but polls only after a line on its stdin: the
 test starts the next worker while the first one still runs, and lets it poll once that one died.
+With `--example`, the worker is the example's own (`example.worker`: its task queue, its
+workflow and activity, its `OutcomeUnknownInterceptor`), on this run's tool server; QUEUE is
+ignored. The other workers are built as the example's is, with the interceptor.
 
 `UnknownWorkflow` (run by the test's own worker, in process) calls a tool whose answer is
 `idempotency_outcome_unknown` and returns what it caught.
@@ -34,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     from examples import durable_temporal as example
-    from idemtools.integrations.temporal import keyed_call
+    from idemtools.integrations.temporal import OutcomeUnknownInterceptor, keyed_call
 
 HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 
@@ -130,7 +133,9 @@ def _root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-async def _serve(address: str, queue: str, store: str, log: str, crash: bool, hold: bool) -> None:
+async def _serve(
+    address: str, queue: str, store: str, log: str, crash: bool, hold: bool, as_example: bool
+) -> None:
     root = _root()
     env = {"PYTHONPATH": str(root)}
     if crash:
@@ -141,6 +146,9 @@ async def _serve(address: str, queue: str, store: str, log: str, crash: bool, ho
         env=env,
     )
     client = await Client.connect(address)
+    if as_example:
+        await example.worker(client)
+        return
     if hold:
         await asyncio.to_thread(sys.stdin.readline)
     async with Worker(
@@ -148,6 +156,7 @@ async def _serve(address: str, queue: str, store: str, log: str, crash: bool, ho
         task_queue=queue,
         workflows=[example.ChargeWorkflow, CrashWorkflow],
         activities=[example.charge, charge_beating],
+        interceptors=[OutcomeUnknownInterceptor()],
         max_cached_workflows=0,  # no sticky queue: the next worker gets the workflow at once
     ):
         print("worker ready", flush=True)
@@ -156,4 +165,9 @@ async def _serve(address: str, queue: str, store: str, log: str, crash: bool, ho
 
 def main() -> None:
     address, queue, store, log, *rest = sys.argv[1:]
-    asyncio.run(_serve(address, queue, store, log, crash="--crash" in rest, hold="--hold" in rest))
+    flags = {
+        "crash": "--crash" in rest,
+        "hold": "--hold" in rest,
+        "as_example": "--example" in rest,
+    }
+    asyncio.run(_serve(address, queue, store, log, **flags))

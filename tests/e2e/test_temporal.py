@@ -104,7 +104,13 @@ class Run:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
     def worker(
-        self, name: str, *, crash: bool = False, hold: bool = False, queue: str | None = None
+        self,
+        name: str,
+        *,
+        crash: bool = False,
+        hold: bool = False,
+        queue: str | None = None,
+        as_example: bool = False,
     ) -> subprocess.Popen[bytes]:
         args = [self.address, queue or self.queue, self.store, str(self.log)]
         code = "from tests.e2e.temporal_app import main; main()"
@@ -117,6 +123,7 @@ class Run:
                     *args,
                     *(["--crash"] if crash else []),
                     *(["--hold"] if hold else []),
+                    *(["--example"] if as_example else []),
                 ],
                 stdin=subprocess.PIPE,
                 cwd=ROOT,
@@ -195,13 +202,13 @@ async def test_without_a_key_the_retry_runs_the_tool_again(temporal: str, tmp_pa
 async def test_a_new_run_of_the_same_workflow_id_is_a_new_operation(
     temporal: str, tmp_path: Path
 ) -> None:
-    # The example itself: its worker's workflow and activity, started once by its `main` and
-    # once more with the same workflow id. The second run has a new run id and its
-    # activity id "1" again; the run id keeps their keys apart.
+    # The example itself: its own worker (`example.worker`, with its interceptor) runs its
+    # workflow, started once by its `main` and once more with the same workflow id. The second
+    # run has a new run id and its activity id "1" again; the run id keeps their keys apart.
     from examples import durable_temporal as example
 
     run = Run(temporal, tmp_path)
-    worker = run.worker("worker", queue=example.TASK_QUEUE)
+    worker = run.worker("worker", as_example=True)
     order = f"order-{uuid.uuid4().hex[:8]}"
     try:
         argv = ["--address", temporal, "start", order, str(AMOUNT)]
