@@ -47,6 +47,7 @@ async def payments() -> AsyncIterator[Any]:
         yield session
 
 
+# Retries? @DBOS.step(retries_allowed=True, should_retry=should_retry): never an unknown outcome
 @DBOS.step()
 async def charge(amount: int) -> str:
     """One step, one charge: the key comes from this step's workflow id and step id."""

@@ -51,6 +51,7 @@ async def payments() -> AsyncIterator[Any]:
         yield session
 
 
+# Retries? @task(retry_policy=RetryPolicy(retry_on=retry_on)): never an unknown outcome
 @task
 async def charge(amount: int) -> str:
     """One task, one charge: the key comes from this task's thread, namespace and task id."""
