@@ -9,25 +9,26 @@ resuming the thread runs the task again: the same key goes out, and the server r
 first charge's answer instead of charging twice. Invoking the thread again with input is a new
 run: a new charge.
 
+The checkpoints are in a SQLite file, through LangGraph's own `AsyncSqliteSaver`
+(langgraph-checkpoint-sqlite); several workers on several machines would share a PostgreSQL
+checkpointer instead (langgraph-checkpoint-postgres).
+
 Settings (environment): PAYMENTS_URL (default http://127.0.0.1:8765/mcp), PAYMENTS_TOKEN (sent
-as `Authorization: Bearer …`; default demo-checkout), CHECKPOINTS (the checkpoint file; default
-durable_langgraph.pickle). Needs mcp 2.x and `pip install "idemtools[langgraph]"`.
+as `Authorization: Bearer …`; default demo-checkout), CHECKPOINTS (the checkpoint database file;
+default durable_langgraph.sqlite). Needs mcp 2.x and `pip install "idemtools[langgraph]"`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import sys
-import threading
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2  # mcp 2.x's HTTP client
-from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.func import entrypoint, task
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -71,47 +72,13 @@ def checkout_with(checkpointer: Any) -> Any:
     return checkout
 
 
-class FileSaver(InMemorySaver):
-    """LangGraph's in-memory saver, written to one file (atomically, fsynced) on every change.
-
-    For this example only: it survives a killed process, as a database saver does. In
-    production use a database checkpointer (langgraph-checkpoint-postgres or -sqlite)."""
-
-    def __init__(self, path: str | Path) -> None:
-        super().__init__()
-        self.path = Path(path)
-        self._lock = threading.Lock()
-        if self.path.exists():
-            storage, writes, blobs = pickle.loads(self.path.read_bytes())
-            for thread, namespaces in storage.items():
-                for namespace, checkpoints in namespaces.items():
-                    self.storage[thread][namespace].update(checkpoints)
-            self.writes.update(writes)
-            self.blobs.update(blobs)
-
-    def _save(self) -> None:
-        with self._lock:
-            storage = {t: {ns: dict(c) for ns, c in n.items()} for t, n in self.storage.items()}
-            data = pickle.dumps((storage, dict(self.writes), dict(self.blobs)))
-            temporary = self.path.with_name(self.path.name + ".tmp")
-            with temporary.open("wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, self.path)
-
-    def put(self, *args: Any, **kwargs: Any) -> Any:
-        config = super().put(*args, **kwargs)
-        self._save()
-        return config
-
-    def put_writes(self, *args: Any, **kwargs: Any) -> None:
-        super().put_writes(*args, **kwargs)
-        self._save()
-
-    def delete_thread(self, thread_id: str) -> None:
-        super().delete_thread(thread_id)
-        self._save()
+@contextlib.asynccontextmanager
+async def checkpoints(path: str | None = None) -> AsyncIterator[AsyncSqliteSaver]:
+    """LangGraph's SQLite checkpointer on a file: it commits every checkpoint and every task's
+    result as LangGraph saves them, so they outlive a killed process."""
+    path = path or os.environ.get("CHECKPOINTS", "durable_langgraph.sqlite")
+    async with AsyncSqliteSaver.from_conn_string(path) as saver:
+        yield saver
 
 
 async def run(checkout: Any, thread_id: str, amount: int | None) -> str:
@@ -122,10 +89,15 @@ async def run(checkout: Any, thread_id: str, amount: int | None) -> str:
     return str(await checkout.ainvoke(amount, config, durability="sync"))
 
 
+async def checkout_once(thread_id: str, amount: int | None) -> str:
+    """Run (or, with None, resume) the thread once, its checkpoints open meanwhile."""
+    async with checkpoints() as saver:
+        return await run(checkout_with(saver), thread_id, amount)
+
+
 def main(argv: list[str]) -> None:
-    saver = FileSaver(os.environ.get("CHECKPOINTS", "durable_langgraph.pickle"))
     amount = None if argv[1] == "--resume" else int(argv[1])
-    print(anyio.run(run, checkout_with(saver), argv[0], amount))
+    print(anyio.run(checkout_once, argv[0], amount))
 
 
 if __name__ == "__main__":

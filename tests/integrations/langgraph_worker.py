@@ -2,6 +2,8 @@
 
     python tests/integrations/langgraph_worker.py CHECKPOINTS RUN... [--unkeyed] [--arm]
 
+CHECKPOINTS: the SQLite file of the example's checkpointer (LangGraph's `AsyncSqliteSaver`).
+
 Each RUN is `THREAD:AMOUNT` (a new run of the thread with that input) or `THREAD:resume` (finish
 the thread's unfinished run), done in turn. `--arm` first writes this process's pid to the
 server's kill file ($DURABLE_KILL), so the tool's first execution SIGKILLs this worker.
@@ -41,14 +43,14 @@ def unkeyed_checkout_with(checkpointer: Any) -> Any:
 
 
 async def main(argv: list[str]) -> list[str]:
-    saver = durable_langgraph.FileSaver(argv[0])
     make = unkeyed_checkout_with if "--unkeyed" in argv else durable_langgraph.checkout_with
-    checkout = make(saver)
     results = []
-    for run in (arg for arg in argv[1:] if not arg.startswith("--")):
-        thread, value = run.split(":")
-        amount = None if value == "resume" else int(value)
-        results.append(await durable_langgraph.run(checkout, thread, amount))
+    async with durable_langgraph.checkpoints(argv[0]) as saver:
+        checkout = make(saver)
+        for run in (arg for arg in argv[1:] if not arg.startswith("--")):
+            thread, value = run.split(":")
+            amount = None if value == "resume" else int(value)
+            results.append(await durable_langgraph.run(checkout, thread, amount))
     return results
 
 
