@@ -17,12 +17,15 @@ key) and an unkeyed call, and three bare calls, so that both servers of a transp
 equally often (one called less often is woken colder, which flatters the other). Prints
 medians of the round trip and of the server process's CPU time per call (Linux scheduler
 statistics; steadier on a loaded machine), each with its ratio to the same transport's bare
-call.
+call. `--control` adds a second bare server per transport, called as often as the first: its
+ratio to the first is the noise between two processes of the same code in this run.
 
 `--store`: `memory` (default), `sqlite` (a file per server in a temporary directory), `redis`
 or `postgres` (IDEMTOOLS_REDIS_URL / IDEMTOOLS_POSTGRES_URL, else 127.0.0.1; a per-run key
-prefix or table, removed at the end), or any store URL (used as given). Over stdio the server
-keeps the default scope (the local user); over HTTP there is no token, so it uses `shared`.
+prefix or table, removed at the end), or any store URL (used as given). The servers inherit the
+environment (`PGOPTIONS="-c synchronous_commit=off"`: PostgreSQL commits without waiting for
+the disk). Over stdio the server keeps the default scope (the local user); over HTTP there is
+no token, so it uses `shared`.
 """
 
 from __future__ import annotations
@@ -46,7 +49,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 LEGACY = "2025-11-25"
-KINDS = ("bare", "first", "replay", "unkeyed")
 RUN = uuid.uuid4().hex[:8]
 MAX_LINES = 100  # a reply is found among this many lines, or the server is broken
 
@@ -301,15 +303,25 @@ def store_urls(store: str, transports: list[str]) -> Iterator[dict[str, str]]:
 # -- the run --------------------------------------------------------------------------------------
 
 
-def run(calls: int, store: str, transports: list[str], stateless: bool) -> None:
+ROLE = {"bare": "bare", "control": "control", "first": "idem", "replay": "idem", "unkeyed": "idem"}
+"""Which of a transport's servers each kind of call goes to."""
+
+
+def run(calls: int, store: str, transports: list[str], stateless: bool, control: bool) -> None:
+    kinds = ["bare", *(["control"] if control else []), "first", "replay", "unkeyed"]
     with store_urls(store, transports) as urls:
-        pairs = {t: (Server(t, None, stateless), Server(t, urls[t], stateless)) for t in transports}
+        servers: dict[str, dict[str, Server]] = {}
         try:
-            samples = measure(pairs, calls)
+            for t in transports:
+                servers[t] = {"bare": Server(t, None, stateless)}
+                if control:
+                    servers[t]["control"] = Server(t, None, stateless)
+                servers[t]["idem"] = Server(t, urls[t], stateless)
+            samples = measure(servers, kinds, calls)
         finally:
-            for bare, idem in pairs.values():
-                bare.close()
-                idem.close()
+            for started in servers.values():
+                for server in started.values():
+                    server.close()
     shown = urls[transports[0]] if store not in ("memory", "sqlite", "redis", "postgres") else store
     print(
         f"mcp {importlib.metadata.version('mcp')}, Python {sys.version.split()[0]}, "
@@ -318,11 +330,11 @@ def run(calls: int, store: str, transports: list[str], stateless: bool) -> None:
     )
     print("| transport | call | round trip µs | × bare | server CPU µs | × bare |")
     print("|---|---|---:|---:|---:|---:|")
-    for transport, (bare, idem) in pairs.items():
-        cpu = {**bare.cpu, **idem.cpu}
+    for transport, started in servers.items():
+        cpu = {kind: v for server in started.values() for kind, v in server.cpu.items()}
         base = statistics.median(samples[transport]["bare"])
         base_cpu = statistics.median(cpu["bare"]) if cpu.get("bare") else 0
-        for kind in KINDS:
+        for kind in kinds:
             median = statistics.median(samples[transport][kind])
             spent = statistics.median(cpu[kind]) if cpu.get(kind) else 0
             cpu_ratio = f"{spent / base_cpu:.2f}" if base_cpu else ""
@@ -333,31 +345,32 @@ def run(calls: int, store: str, transports: list[str], stateless: bool) -> None:
 
 
 def measure(
-    pairs: dict[str, tuple[Server, Server]], calls: int
+    servers: dict[str, dict[str, Server]], kinds: list[str], calls: int
 ) -> dict[str, dict[str, list[float]]]:
-    samples: dict[str, dict[str, list[float]]] = {t: {k: [] for k in KINDS} for t in pairs}
-    for bare, idem in pairs.values():
-        idem.call("replay", f"replay-{RUN}")  # the record every replay finds
-        for i in range(min(50, calls)):  # warm both paths
-            bare.call("bare", None)
-            idem.call("unkeyed", None)
-            idem.call("first", f"warm-{RUN}-{i}")
-            idem.call("replay", f"replay-{RUN}")
-        bare.cpu.clear()
-        idem.cpu.clear()
-        bare.last_kind = idem.last_kind = ""
-    # As many calls to the bare server as to the idemtools one in every round: a process called
-    # less often is woken colder (its caches, the scheduler), which would flatter the other.
-    rounds = [(t, k) for t in pairs for k in ("bare", "bare", "bare", *KINDS[1:])]
+    samples: dict[str, dict[str, list[float]]] = {t: {k: [] for k in kinds} for t in servers}
+    for started in servers.values():
+        started["idem"].call("replay", f"replay-{RUN}")  # the record every replay finds
+        for i in range(min(50, calls)):  # warm every path
+            for kind in kinds:
+                key = {"first": f"warm-{RUN}-{i}", "replay": f"replay-{RUN}"}.get(kind)
+                started[ROLE[kind]].call(kind, key)
+        for server in started.values():
+            server.cpu.clear()
+            server.last_kind = ""
+    # Every server of a transport is called equally often in every round (the bare ones three
+    # times): a process called less often is woken colder (its caches, the scheduler), which
+    # would flatter the others.
+    per_round = [k for k in kinds if ROLE[k] != "idem"] * 3 + [
+        k for k in kinds if ROLE[k] == "idem"
+    ]
+    rounds = [(t, k) for t in servers for k in per_round]
     for _ in range(calls):
         random.shuffle(rounds)
         for transport, kind in rounds:
-            bare, idem = pairs[transport]
-            server = bare if kind == "bare" else idem
             key = {"first": uuid.uuid4().hex, "replay": f"replay-{RUN}"}.get(kind)
-            samples[transport][kind].append(server.call(kind, key))
-    for bare, idem in pairs.values():  # the last call's CPU
-        for server in (bare, idem):
+            samples[transport][kind].append(servers[transport][ROLE[kind]].call(kind, key))
+    for started in servers.values():  # the last call's CPU
+        for server in started.values():
             if server.last_kind:
                 spent = cpu_ns(server.proc.pid) - server.cpu_mark
                 server.cpu.setdefault(server.last_kind, []).append(spent)
@@ -372,6 +385,9 @@ def main() -> None:
     )
     parser.add_argument("--transports", default="stdio,http", help="stdio, http or both")
     parser.add_argument("--stateless", action="store_true", help="HTTP: stateless, JSON replies")
+    parser.add_argument(
+        "--control", action="store_true", help="a second bare server per transport: the noise"
+    )
     parser.add_argument("--serve", choices=["stdio", "http"], help=argparse.SUPPRESS)
     parser.add_argument("--serve-store", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -385,7 +401,7 @@ def main() -> None:
         parser.error("--transports: stdio, http or stdio,http")
     if args.calls < 1:
         parser.error("--calls: at least 1")
-    run(args.calls, args.store, transports, args.stateless)
+    run(args.calls, args.store, transports, args.stateless, args.control)
 
 
 if __name__ == "__main__":
