@@ -64,9 +64,11 @@ def serve(workdir: Path) -> None:
     def receipt(charge: dict[str, Any]) -> str:
         return f"charged {charge['amount']} ({charge['id']})"
 
-    async def reconcile(call: LapsedCall) -> Outcome | None:
+    def reconcile(call: LapsedCall) -> Outcome | None:
         # Only reads. None runs the tool: return it only once the provider is sure to know
         # of every charge made under this key (no replication lag), or the card is charged twice.
+        # A plain function: it runs in a worker thread, so `reconcile_timeout` bounds even a
+        # provider call that blocks (an async one is bounded only at its awaits).
         charge = provider.find_charge(call.key)
         return None if charge is None else Outcome.of_value(receipt(charge))
 
