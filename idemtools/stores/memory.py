@@ -443,17 +443,9 @@ class MemoryStore:
             expires = now + lease
             entry = _Entry(_pack(fingerprint, owner), expires, len(rid), now, keep_lapsed)
             size = entry.base + TOMBSTONE_RESERVE  # with the room its tombstone may need
-            quota, share = self.max_records_per_scope, self.max_bytes_per_scope
-            counts = self._scopes.get(sid, _NO_SCOPE)
-            if (
-                (quota is not None and counts.records >= quota)
-                or (share is not None and counts.bytes + size > share)
-                or len(entries) >= self.max_records
-                or self._bytes + size > self.max_bytes
-            ):
-                refusal = self._over_bound(sid, size, key)
-                if refusal is not None:
-                    raise refusal
+            refusal = self._over(sid, 1, size, key)
+            if refusal is not None:
+                raise refusal
             entries[rid] = entry
             self._count(sid, 1, size)
             if len(heap) > 2 * len(entries) + 16:
@@ -513,20 +505,22 @@ class MemoryStore:
         self._moved(rid, taken.expires)
         return Claim(True, None, lapsed)
 
-    def _over_bound(self, sid: bytes, size: int, key: str) -> RefusedError | None:
-        """The refusal of a claim costing `size` bytes in scope `sid`, None when it fits.
+    def _over(self, sid: bytes, records: int, size: int, key: str) -> RefusedError | None:
+        """The refusal for `records` more records costing `size` more bytes in scope `sid`,
+        None when they fit: the one place the bounds are checked (a claim adds a record; a
+        completion adds only bytes, so the record counts are not asked).
 
-        The quota is checked first: a caller over its own quota is told so, whatever the state
-        of the store as a whole.
+        The caller's own bounds come first: a caller over its quota is told so, whatever the
+        state of the store as a whole.
         """
         counts = self._scopes.get(sid, _NO_SCOPE)
         quota = self.max_records_per_scope
-        if quota is not None and counts.records >= quota:
+        if records and quota is not None and counts.records + records > quota:
             return quota_exceeded(quota, key)
         share = self.max_bytes_per_scope
         if share is not None and counts.bytes + size > share:
             return scope_byte_quota_exceeded(share, key)
-        if len(self._entries) >= self.max_records:
+        if records and len(self._entries) + records > self.max_records:
             return store_full("memory", self.max_records, "live records", key)
         if self._bytes + size > self.max_bytes:
             return store_full("memory", self.max_bytes, "bytes of records", key)
@@ -584,12 +578,7 @@ class MemoryStore:
                 meta = entry.meta
                 ours = (meta[32:].hex() if isinstance(meta, bytes) else meta[1]) == owner
                 grow = len(outcome) - TOMBSTONE_RESERVE  # the claim held the tombstone's room
-                share = self.max_bytes_per_scope
-                if (
-                    ours
-                    and self._bytes + grow <= self.max_bytes
-                    and (share is None or self._scopes.get(sid, _NO_SCOPE).bytes + grow <= share)
-                ):
+                if ours and self._over(sid, 0, grow, key) is None:
                     lease_end = entry.expires
                     entry.outcome, entry.expires, entry.replaceable = outcome, expires, replaceable
                     # Claims' bookkeeping ends here (claimed_at is a claim's, not an outcome's).
@@ -643,9 +632,9 @@ class MemoryStore:
         # Claims' bookkeeping ends here (claimed_at is a claim's, not an outcome's).
         record.keep, record.replaceable, record.claimed = 0.0, replaceable, None
         record.took_over = None
-        if self._no_room(sid, record.size()):
+        if self._over(sid, 0, record.size(), key) is not None:
             self._expire(now)
-            if self._no_room(sid, record.size()):
+            if self._over(sid, 0, record.size(), key) is not None:
                 record.outcome = self._not_kept(outcome, key)
         record.expires = now + retention
         if record.expires > now:
@@ -654,14 +643,6 @@ class MemoryStore:
             self._moved(rid, record.expires)  # may be before its heap entries: one anew
         # else kept for no time at all (a retention of 0 or less): nothing stays under rid
         return True
-
-    def _no_room(self, sid: bytes, size: int) -> bool:
-        """Whether a completed record of `size` bytes fits neither the store's budget nor the
-        budget of its scope `sid` (the claim's own bytes already freed)."""
-        if self._bytes + size > self.max_bytes:
-            return True
-        share = self.max_bytes_per_scope
-        return share is not None and self._scopes.get(sid, _NO_SCOPE).bytes + size > share
 
     def _not_kept(self, outcome: bytes, key: str) -> bytes:
         """The tombstone recorded in place of an outcome that does not fit `max_bytes`.
