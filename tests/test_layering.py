@@ -274,8 +274,7 @@ def face_imports(found: Mapping[str, tuple[bool, str]]) -> list[FaceImport]:
     return bad
 
 
-FACE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {
-}
+FACE_IMPORTS_ALLOWED: dict[tuple[str, str], str] = {}
 """(module, name) → why it still reads its package's face. Every entry must still be needed."""
 
 

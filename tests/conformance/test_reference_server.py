@@ -161,16 +161,17 @@ def original_replayed_after_in_progress(s: Stdio) -> bool:
 
 def one_execution_late_in_a_run(s: Stdio) -> bool:
     """A duplicate sent well after the original started (past any short lease) runs nothing."""
-    key, args = fresh("k"), {"label": fresh(), "ms": 1500}
+    label = fresh()
+    key, args = fresh("k"), {"label": label, "ms": 1500}
     original = s.send("tools/call", _params("sep3182_record_slow", args, key, {}))
     deadline = time.monotonic() + 10
-    while s.count(args["label"]) == 0 and time.monotonic() < deadline:
+    while s.count(label) == 0 and time.monotonic() < deadline:
         time.sleep(0.01)  # until the original runs: the wait below starts from there
     time.sleep(0.6)
     duplicate = s.send("tools/call", _params("sep3182_record_slow", args, key, {}))
     s.line(original)
     s.line(duplicate)
-    return s.count(args["label"]) == 1
+    return s.count(label) == 1
 
 
 def other_arguments_run_nothing_while_running(s: Stdio) -> bool:
