@@ -435,13 +435,7 @@ class LeaseKeeper:
                 return False
             return await record(source, held)
 
-        if held.loop is None:
-            import trio
-
-            run: Callable[..., bool] = trio.from_thread.run
-            return await asyncio.to_thread(run, write, trio_token=held.trio)
-        future = asyncio.run_coroutine_threadsafe(write(), held.loop)
-        return await asyncio.wrap_future(future)
+        return await _on_caller_loop(held, write)
 
     async def _renew_on_caller_loop(self, held: Lease) -> bool:
         source = self._source
@@ -453,15 +447,20 @@ class LeaseKeeper:
                 return True
             return await source.renew(held.scope, held.key, held.owner, held.lease)
 
-        if held.loop is None:
-            if held.trio is None:
-                return True  # no loop to reach: late completion covers it
-            import trio
+        if held.loop is None and held.trio is None:
+            return True  # no loop to reach: late completion covers it
+        return await _on_caller_loop(held, renew)
 
-            run: Callable[..., bool] = trio.from_thread.run
-            return await asyncio.to_thread(run, renew, trio_token=held.trio)
-        future = asyncio.run_coroutine_threadsafe(renew(), held.loop)
-        return await asyncio.wrap_future(future)
+
+async def _on_caller_loop(held: Lease, work: Callable[[], Coroutine[Any, Any, bool]]) -> bool:
+    """`work()` run on the caller's own loop, from the keeper's: its asyncio loop, or its trio
+    run through the trio token (one of the two must be known)."""
+    if held.loop is None:
+        import trio
+
+        run: Callable[..., bool] = trio.from_thread.run
+        return await asyncio.to_thread(run, work, trio_token=held.trio)
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work(), held.loop))
 
 
 def _trio_token() -> object:
